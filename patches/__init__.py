@@ -1,0 +1,1 @@
+"""The patch catalog: one module per upstream break under ``patches/<target>/``."""
