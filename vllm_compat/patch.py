@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = [
+    "AddKeyword",
     "Edit",
     "InsertAfter",
     "Patch",
@@ -19,6 +20,7 @@ __all__ = [
     "ReplaceDef",
     "ReplaceExpr",
     "ReplaceStmt",
+    "RemoveKeyword",
     "Shim",
     "register",
     "registered",
@@ -104,6 +106,32 @@ class ReplaceDef(Edit):
     @property
     def anchor(self) -> str:
         return f"<def>{self.scope}"
+
+
+@dataclass(frozen=True)
+class AddKeyword(Edit):
+    """Add ``keyword=value`` to every call of ``call`` (the callee as written, e.g.
+    ``"Scheduler"``) in ``scope``; a no-op where the call already passes ``keyword``."""
+
+    call: str = ""
+    keyword: str = ""
+    value: str = ""
+
+    @property
+    def anchor(self) -> str:
+        return f"<call>{self.call}({self.keyword}=)"
+
+
+@dataclass(frozen=True)
+class RemoveKeyword(Edit):
+    """Drop ``keyword=...`` from every call of ``call`` in ``scope``."""
+
+    call: str = ""
+    keyword: str = ""
+
+    @property
+    def anchor(self) -> str:
+        return f"<call>{self.call}({self.keyword}=)"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,177 @@
+"""``vllm-compat``: a thin layer over :mod:`vllm_compat.api` (parsing, rendering, exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from . import api
+from .api import CommandError, Exit, Report
+from .target import Target, TargetError
+
+EXIT_CODES = """exit codes:
+  0   ok (verify: every applicable patch applied, every managed file matches its hash)
+  2   usage error
+  3   environment error: site-packages missing, unreadable or read-only, corrupt state
+  4   a target file does not parse, or a patch's anchor is missing in it
+  10  pending: applicable patches are not applied (or the catalog changed since apply)
+  11  drifted: managed files were edited by hand (revert refuses without --force)
+  12  stale: a patched distribution or a dependency was reinstalled/upgraded since apply
+  13  unsupported: an installed version no patch covers and not known-good
+  14  check: patched code does not bind to the installed vLLM
+  15  the catalog itself is inconsistent
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    where = common.add_mutually_exclusive_group()
+    where.add_argument("--site-packages", metavar="DIR", help="a folder laid out like site-packages")
+    where.add_argument("--python", metavar="PATH", help="manage that interpreter's site-packages")
+    common.add_argument("-v", "--verbose", action="store_true")
+    p = argparse.ArgumentParser(
+        prog="vllm-compat", description="Versioned source patches that keep speculators working on current vLLM.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def cmd(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=help, description=help, epilog=EXIT_CODES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    s = cmd("status", "show every patch's and managed file's state")
+    s.add_argument("--json", action="store_true")
+    a = cmd("apply", "apply every applicable patch, all files or none")
+    a.add_argument("--dry-run", action="store_true", help="print the unified diff, write nothing")
+    a.add_argument("--allow-unsupported", action="store_true", help="patch versions outside the proven range")
+    v = cmd("verify", "exit 0 only when the patch state is complete and intact (never writes)")
+    v.add_argument("--json", action="store_true")
+    v.add_argument("--allow-unsupported", action="store_true")
+    r = cmd("revert", "restore the wheel's files (proven against RECORD) and remove shims and state")
+    r.add_argument("--force", action="store_true", help="also discard hand edits")
+    cmd("diff", "show managed files against the wheel's pristine content")
+    c = cmd("check", "statically bind the patched code's vLLM imports and calls to the installed vLLM")
+    c.add_argument("--json", action="store_true")
+    d = cmd("strip-debug", "remove added debug prints/logging/breakpoints from patched files")
+    d.add_argument("--dry-run", action="store_true")
+    d.add_argument("paths", nargs="*", metavar="PATH",
+                   help="files outside the catalog: strip bare print()/breakpoint()/pdb only")
+    return p
+
+
+def _target(args: argparse.Namespace) -> Target:
+    return Target.resolve(args.site_packages, args.python)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _render(report: Report, verbose: bool) -> str:
+    lines = [f"site-packages: {report.site}"]
+    lines += [f"  {pkg} {ver}" for pkg, ver in sorted(report.versions.items())]
+    lines += [f"unsupported: {u}" for u in report.unsupported]
+    rows = [("PATCH", "STATE", "DETAIL")]
+    rows += [(p.id, p.state, p.reason if (verbose or p.state != "not-applicable") else p.reason) for p in report.patches]
+    if report.patches:
+        lines += ["", _table(rows)]
+    frows = [("FILE", "STATE", "DETAIL")] + [(f.path, f.state, f.detail) for f in report.files]
+    if report.files:
+        lines += ["", _table(frows)]
+    lines += ["", f"result: {report.code.name.lower()} (exit {int(report.code)})"]
+    if report.code in (Exit.PENDING, Exit.STALE):
+        lines.append(f"fix: vllm-compat apply --site-packages {report.site}")
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "strip-debug":
+        return _strip(args)
+    target = _target(args)
+    if args.command in ("status", "verify"):
+        report = api.status(target) if args.command == "status" else api.verify(target)
+        code = report.code
+        if args.command == "verify" and code == Exit.UNSUPPORTED and args.allow_unsupported:
+            code = Report(report.site, report.versions, report.patches, report.files).code
+        print(json.dumps(report.to_dict(), indent=1) if args.json else _render(report, args.verbose))
+        return int(code)
+    if args.command == "apply":
+        res = api.apply(target, dry_run=args.dry_run, allow_unsupported=args.allow_unsupported)
+        if res.dry_run:
+            sys.stdout.write("".join(res.diffs.values()))
+            print(f"dry run: {len(res.diffs)} file(s) would change; nothing written")
+        elif res.nothing_to_do:
+            print("nothing to do: every applicable patch is applied")
+        else:
+            applied = [p.id for p in res.report.patches if p.state != "not-applicable" and p.state != "obsolete"]
+            print(f"applied {len(applied)} patch(es), wrote {len(res.written)} file(s):")
+            print("\n".join(f"  {rel}" for rel in res.written))
+        return int(Exit.OK)
+    if args.command == "revert":
+        res = api.revert(target, force=args.force)
+        if not res.restored and not res.removed:
+            print("nothing to revert")
+        for rel in res.restored:
+            print(f"restored {rel}")
+        for rel in res.removed:
+            print(f"removed {rel}")
+        return int(Exit.OK)
+    if args.command == "diff":
+        sys.stdout.write("".join(api.diff(target).values()))
+        return int(Exit.OK)
+    if args.command == "check":
+        report = api.check(target)
+        if args.json:
+            print(json.dumps({"ok": report.ok, "files_checked": report.files_checked,
+                              "calls_checked": report.calls_checked,
+                              "findings": [vars(f) for f in report.findings]}, indent=1))
+        else:
+            for f in report.findings:
+                print(f"{f.file}:{f.line}: {f.kind}: {f.message}")
+            print(f"checked {report.files_checked} file(s), {report.calls_checked} vLLM call(s): "
+                  f"{'clean' if report.ok else f'{len(report.findings)} finding(s)'}")
+        return int(Exit.OK if report.ok else Exit.CHECK)
+    raise AssertionError(args.command)
+
+
+def _strip(args: argparse.Namespace) -> int:
+    results = api.strip_debug(_target(args) if not args.paths or args.site_packages or args.python else None,
+                              args.paths, dry_run=args.dry_run)
+    for res in results:
+        if res.diff and args.dry_run:
+            sys.stdout.write(res.diff)
+        removed = len(res.result.removed)
+        print(f"{res.path}: removed {removed} debug statement(s)"
+              + (f", {len(res.result.leftovers)} other edit(s) left for you" if res.result.leftovers else ""))
+        for r in res.result.removed:
+            print(f"  - line {r.line} [{r.kind}]: {r.code}")
+        for o in res.result.leftovers:
+            print(f"  ! line {o.line}: {o.summary}")
+    if args.dry_run:
+        print("dry run: nothing written")
+    return int(Exit.OK)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    try:
+        return _run(args)
+    except CommandError as exc:
+        print(f"vllm-compat: error: {exc}", file=sys.stderr)
+        return int(exc.code)
+    except TargetError as exc:
+        print(f"vllm-compat: error: {exc}", file=sys.stderr)
+        return int(Exit.ENV)
+    except OSError as exc:
+        print(f"vllm-compat: error: {exc}", file=sys.stderr)
+        return int(Exit.ENV)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
