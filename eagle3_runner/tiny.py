@@ -203,6 +203,9 @@ def build_tiny_deepseek_v2(dest: Path, seed: int = 0) -> Path:
         n_shared_experts=1,
         first_k_dense_replace=1,
         topk_method="greedy",
+        # vLLM always routes through grouped top-k; one group is plain top-k, as HF's "greedy".
+        n_group=1,
+        topk_group=1,
         tie_word_embeddings=False,
         dtype="bfloat16",
         **_special_ids(dest),

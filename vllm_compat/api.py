@@ -83,10 +83,7 @@ class ApplyResult:
     written: tuple[str, ...]
     diffs: dict[str, str] = field(default_factory=dict)
     dry_run: bool = False
-
-    @property
-    def nothing_to_do(self) -> bool:
-        return not self.written and not self.diffs
+    nothing_to_do: bool = False  # the state was already complete: not a byte was written
 
 
 @dataclass(frozen=True)
@@ -199,30 +196,16 @@ def status(target: Target) -> Report:
 
 def _fast_verify(target: Target) -> Report | None:
     """Answer from the manifest and hashes alone when everything is as apply left it."""
-    store = Store(target)
-    if store.has_journal():
-        return None
-    manifest = store.manifest()
-    if manifest is None or not manifest.patches and not manifest.files:
-        return None
-    from .catalog import catalog_digest  # noqa: PLC0415 - os/hashlib only
+    from .fast import verified  # noqa: PLC0415
 
-    if manifest.catalog != catalog_digest():
+    manifest = verified(str(target.site))
+    if manifest is None:
         return None
-    versions = {}
-    for pkg, snap in manifest.dists.items():
-        dist = target.dist_at(snap["dist_info"])
-        if dist is None or dist.version != snap["version"] or dist.record_digest != snap["record"]:
-            return None
-        versions[pkg] = dist.version
-    files = []
-    for rel, rec in manifest.files.items():
-        if sha256_file(target.path(rel)) != rec.applied:
-            return None
-        files.append(FileState(rel, APPLIED, tuple(rec.patches)))
-    patches = tuple(PatchState(pid, "", APPLIED) for pid in manifest.patches)
-    patches += tuple(PatchState(pid, "", OBSOLETE) for pid in manifest.obsolete)
-    return Report(str(target.site), versions, patches, tuple(files), fast=True)
+    files = tuple(FileState(rel, APPLIED, tuple(rec["patches"])) for rel, rec in manifest["files"].items())
+    patches = tuple(PatchState(pid, "", APPLIED) for pid in manifest["patches"])
+    patches += tuple(PatchState(pid, "", OBSOLETE) for pid in manifest["obsolete"])
+    versions = {pkg: snap["version"] for pkg, snap in manifest["dists"].items()}
+    return Report(str(target.site), versions, patches, files, fast=True)
 
 
 def verify(target: Target) -> Report:
@@ -269,7 +252,7 @@ def _apply(plan: _Plan, dry_run: bool, allow_unsupported: bool) -> ApplyResult:
     if report.code == Exit.OK or (report.code == Exit.UNSUPPORTED and all(
             f.state in (APPLIED, "pristine") for f in report.files) and all(
             p.state in (APPLIED, NOT_APPLICABLE, OBSOLETE) for p in report.patches)):
-        return ApplyResult(report, ())
+        return ApplyResult(report, (), nothing_to_do=True)
     from .transform import TransformError, transform_file  # noqa: PLC0415 - libcst
 
     applicable = [d.patch for d in plan.decisions if d.status == "applicable"]

@@ -5,13 +5,13 @@ Loading imports only the patch modules (plain data) and ``packaging``; never lib
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fast import catalog_digest
 from .patch import Patch, Probe, registered
 from .target import Dist, Target
 from .versions import InvalidSpecifier, InvalidVersion, matches, may_overlap
@@ -45,26 +45,7 @@ class Catalog:
         return [_decide(p, target, dists) for p in self.patches]
 
     def digest(self) -> str:
-        return catalog_digest(self.root)
-
-
-def _root() -> Path:
-    import patches  # noqa: PLC0415 - the catalog package itself: plain data
-
-    return Path(patches.__file__).parent
-
-
-def catalog_digest(root: Path | None = None) -> str:
-    """Content hash of every file of the catalog: a changed catalog makes old states pending."""
-    root = root or _root()
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                path = Path(dirpath, name)
-                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+        return catalog_digest(str(self.root))
 
 
 def load() -> Catalog:

@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
             print("nothing to do: every applicable patch is applied")
         else:
             applied = [p.id for p in res.report.patches if p.state != "not-applicable" and p.state != "obsolete"]
-            print(f"applied {len(applied)} patch(es), wrote {len(res.written)} file(s):")
+            print(f"{len(applied)} patch(es) applied; wrote {len(res.written)} file(s) and the manifest:")
             print("\n".join(f"  {rel}" for rel in res.written))
         return int(Exit.OK)
     if args.command == "revert":

@@ -110,6 +110,22 @@ class HiddenStatesCapture:
         self._original_execute_model = original
         worker.execute_model = self._execute_model
 
+    @classmethod
+    def install(cls, worker: Any, layer_ids: list[int]) -> "HiddenStatesCapture":
+        """Install on ``worker`` (replacing an earlier installation) and return it."""
+        previous = getattr(worker, "_vllm_compat_capture", None)
+        if isinstance(previous, HiddenStatesCapture):
+            previous.close()
+        return cls(worker, layer_ids)
+
+    def close(self) -> None:
+        """Remove the hooks and restore the worker's ``execute_model``."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        if self.worker.__dict__.get("execute_model") == self._execute_model:
+            del self.worker.execute_model
+
     # -- hooks -------------------------------------------------------------------------------
     def _bind(self, module: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         sig = self._signatures.get(id(module))
