@@ -309,7 +309,8 @@ def test_non_vllm_calls_are_not_counted(tmp_path):
 def test_pragma_skips_a_line(tmp_path):
     root = make_tree(tmp_path, FUNC_TREE)
     r = check(root, "from vllm.funcs import f\nf()  # vllm-compat: ignore\nf()\n")
-    assert kinds(r) == [(3, "bad-call")]
+    assert set(kinds(r)) == {(3, "bad-call")}
+    assert r.calls_checked == 1 and r.calls_skipped == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,7 +372,8 @@ def test_class_binding_through_bases(tmp_path, call, problem):
 def test_class_with_external_base_is_not_bound(tmp_path):
     root = make_tree(tmp_path, CLASS_TREE)
     r = check(root, "from vllm.torchy import Layer\nLayer(1, 2, 3, x=4)\nLayer().anything()\n")
-    assert r.ok and r.calls_checked == 0 and r.calls_skipped == 1
+    # both Layer(...) calls are seen and skipped; .anything() cannot be judged
+    assert r.ok and r.calls_checked == 0 and r.calls_skipped == 2
 
 
 DATACLASS_TREE = {
@@ -577,9 +579,9 @@ def test_methods_on_local_variables_and_annotations(tmp_path):
             e.schedule_opt().unknown_type_is_fine()
             make_executor(cfg).gone()
     """)
-    assert kinds(r) == [(6, "missing-attribute"), (7, "missing-attribute"),
-                        (10, "missing-attribute"), (11, "missing-attribute"),
-                        (13, "missing-attribute")], r.findings
+    assert kinds(r) == [(7, "missing-attribute"), (8, "missing-attribute"),
+                        (11, "missing-attribute"), (12, "missing-attribute"),
+                        (14, "missing-attribute")], r.findings
 
 
 def test_reassigned_or_shadowed_names_are_not_typed(tmp_path):
@@ -624,8 +626,8 @@ def test_super_init_binds_to_the_vllm_base(tmp_path):
             def __init__(self, cfg):
                 super().__init__(cfg, 2)
     """)
-    assert kinds(r) == [(5, "bad-call")], r.findings
-    assert "MultiprocExecutor.__init__(...)" in messages(r)
+    assert kinds(r) == [(6, "bad-call")], r.findings
+    assert "MultiprocExecutor.__init__(...) takes 1 positional argument but 2" in messages(r)
 
 
 # ---------------------------------------------------------------------------------------------

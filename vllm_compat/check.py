@@ -1166,13 +1166,15 @@ class _FileChecker:
             for c in callees:
                 if isinstance(c, _Class):
                     out.append(_Instance(c))
-                elif isinstance(c, _Func) and c.node.returns is not None:
-                    r = self.index.eval_in_module(c.module, c.node.returns)
-                    if r and all(isinstance(x, _Class) for x in r) and _plain_annotation(
-                            c.node.returns):
-                        out.extend(_Instance(x) for x in r)  # type: ignore[arg-type]
-                    else:
+                elif isinstance(c, (_Func, _BoundMethod)):
+                    f = c.func if isinstance(c, _BoundMethod) else c
+                    ret = f.node.returns
+                    if ret is None or not _plain_annotation(ret):
                         return None
+                    r = self.index.eval_in_module(f.module, ret)
+                    if not r or not all(isinstance(x, _Class) for x in r):
+                        return None
+                    out.extend(_Instance(x) for x in r)  # type: ignore[arg-type]
                 else:
                     return None
             return out or None
