@@ -383,3 +383,91 @@ def expected_content(target: Target, rel: str) -> bytes:
 
 
 __all__ += ["CommandError", "TargetError", "expected_content"]
+
+
+# -- check / strip-debug -------------------------------------------------------------------
+
+def _vllm_root(target: Target) -> str:
+    if target.find("vllm") is not None:
+        return str(target.site)
+    own = Target.resolve()
+    if own.find("vllm") is None:
+        raise CommandError(f"vLLM is installed neither in {target.site} nor in {own.site}", Exit.ENV)
+    return str(own.site)
+
+
+def check(target: Target):
+    """Statically bind the managed files' vLLM imports, calls and methods to the vLLM source
+    installed beside them (:mod:`vllm_compat.check`); returns its ``CheckReport``."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from .check import check_sources  # noqa: PLC0415
+
+    plan = _plan(target)
+    files = {}
+    for fs in plan.report.files:
+        data = _read(target, fs.path)
+        if data is not None:
+            files[fs.path] = data.decode("utf-8", "replace")
+    return check_sources(files, Path(_vllm_root(target)))
+
+
+@dataclass(frozen=True)
+class StripFileResult:
+    path: str
+    result: object  # vllm_compat.strip.StripResult
+    diff: str
+    written: bool
+
+
+def strip_debug(target: Target | None, paths: list[str], dry_run: bool = False) -> list[StripFileResult]:
+    """Remove added debug output: from managed files against their expected content (pristine
+    plus applicable patches), or from ``paths`` outside the catalog (bare print/breakpoint/pdb)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from .store import atomic_write, drop_bytecode  # noqa: PLC0415
+    from .strip import StripError, strip_debug as strip  # noqa: PLC0415
+
+    jobs: list[tuple[str, Path, str | None]] = []
+    if target is not None:
+        managed = {f.path for f in status(target).files}
+        wanted = paths or sorted(managed)
+        for rel in wanted:
+            if rel not in managed:
+                raise CommandError(f"{rel} is not a file vllm-compat manages in {target.site}", Exit.USAGE)
+            expected = expected_content(target, rel).decode("utf-8")
+            jobs.append((rel, target.path(rel), expected))
+    else:
+        jobs = [(p, Path(p), None) for p in paths]
+    out = []
+    for shown, path, expected in jobs:
+        try:
+            current = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc}", Exit.ENV) from exc
+        try:
+            result = strip(current, expected)
+        except StripError as exc:
+            raise CommandError(f"{shown}: {exc}", Exit.TARGET) from exc
+        diff = _udiff(shown, current.encode(), result.source.encode()) if result.changed else ""
+        out.append(StripFileResult(shown, result, diff, False))
+    if dry_run or not any(r.result.changed for r in out):
+        return out
+    store = Store(target) if target is not None else None
+    lock = store.locked() if store else _nullcontext()
+    with lock:
+        for i, (shown, path, _) in enumerate(jobs):
+            if out[i].result.changed:
+                atomic_write(path, out[i].result.source.encode("utf-8"), path.stat().st_mode & 0o777)
+                drop_bytecode(path)
+                out[i] = StripFileResult(shown, out[i].result, out[i].diff, True)
+    return out
+
+
+def _nullcontext():
+    from contextlib import nullcontext  # noqa: PLC0415
+
+    return nullcontext()
+
+
+__all__ += ["check", "strip_debug"]

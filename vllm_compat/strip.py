@@ -325,6 +325,22 @@ def _summary(text: str, limit: int = 100) -> str:
     return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
+def _pair(olds: list[str], news: list[str]) -> list[tuple[int, int]]:
+    """Order-preserving pairs (old index, new index) of a changed hunk: all of them when the
+    counts agree, else greedily the lines that are similar enough to be edits of each other."""
+    if len(olds) == len(news):
+        return [(i, i) for i in range(len(olds))]
+    pairs: list[tuple[int, int]] = []
+    start = 0
+    for i, old in enumerate(olds):
+        for j in range(start, len(news)):
+            if difflib.SequenceMatcher(None, old.strip(), news[j].strip()).ratio() >= 0.5:
+                pairs.append((i, j))
+                start = j + 1
+                break
+    return pairs
+
+
 def _matcher(a: list[str], b: list[str]) -> difflib.SequenceMatcher:
     return difflib.SequenceMatcher(None, a, b, autojunk=False)
 
@@ -560,12 +576,15 @@ class _Stripper:
                 continue
             olds = a[i1:i2]
             news = [(self.cur.units[live[j]].first, b[j]) for j in range(j1, j2)]
-            for old, (line, new) in zip(olds, news):
-                out.append(Leftover(line, f"changed: {_summary(old)} -> {_summary(new)}"))
-            for line, new in news[len(olds):]:
-                out.append(Leftover(line, f"added: {_summary(new)}"))
-            for old in olds[len(news):]:
-                out.append(Leftover(0, f"removed: {_summary(old)}"))
+            pairs = _pair(olds, [t for _, t in news])
+            oi = ni = 0
+            for po, pn in pairs + [(len(olds), len(news))]:
+                out.extend(Leftover(0, f"removed: {_summary(o)}") for o in olds[oi:po])
+                out.extend(Leftover(line, f"added: {_summary(t)}") for line, t in news[ni:pn])
+                if po < len(olds):
+                    line, t = news[pn]
+                    out.append(Leftover(line, f"changed: {_summary(olds[po])} -> {_summary(t)}"))
+                oi, ni = po + 1, pn + 1
         return tuple(out)
 
     def result(self) -> StripResult:
