@@ -285,9 +285,10 @@ class _KeywordEditor(_ScopedTransformer):
                       equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         if args:
             last = args[-1]
-            comma = last.comma
-            if isinstance(comma, cst.Comma):  # multi-line call: copy the layout of the last arg
-                new = new.with_changes(comma=comma)
+            if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
+                # Lay the new argument out like the others (one per line in a multi-line call).
+                args[-1] = last.with_changes(comma=args[-2].comma)
+                new = new.with_changes(comma=last.comma)
             else:
                 args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(new)

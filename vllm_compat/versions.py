@@ -3,9 +3,11 @@
 Decision (documented in the README): versions are PEP 440 versions parsed with ``packaging``.
 The *local* label is ignored (``0.32.0+cpu``, ``0.16.0rc2.dev45+g1234abc.cu129`` is matched as
 ``0.16.0rc2.dev45``), and pre-releases and dev builds match ranges by plain PEP 440 ordering
-(``0.16.0rc2.dev45`` lies after 0.15.x and before 0.16.0).  A nightly therefore gets the patches
-of the last release before it; patches whose break landed inside that development cycle decide
-by their source probes, since a nightly's version number cannot tell.
+(``0.16.0rc2.dev45`` lies after 0.15.x and before 0.16.0), with PEP 440's one exclusion kept:
+``<0.16`` does not admit 0.16's own pre-releases.  So a 0.16 nightly gets the patches for
+``>=0.11.1`` but neither those for ``>=0.16.0`` nor those for ``<0.16``: for a break that
+landed inside that development cycle only a probe of the installed source can tell, which is
+what a patch's ``probes`` are for.
 """
 
 from __future__ import annotations
