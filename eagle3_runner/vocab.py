@@ -1,0 +1,120 @@
+"""``eagle3 vocab``: token frequencies -> the draft vocabulary (``d2t.npy``, ``t2d.npy``).
+
+Speculators' format: ``d2t`` is a ``LongTensor[draft_vocab]`` of offsets
+(``target_id = draft_id + d2t[draft_id]``), ``t2d`` a ``BoolTensor[target_vocab]`` marking the
+target ids in the draft vocabulary; both saved with ``numpy.save`` as speculators' scripts do
+(and load with ``numpy.load``).  The mapping is computed by speculators' own
+``build_vocab_mappings_from_distribution`` when speculators is importable (patched); otherwise
+by :func:`_build_mappings`, which follows it (most frequent ids first, ties by id, padded
+with the lowest unused ids, sorted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_json, write_with
+from .errors import BadInput, UsageError
+from .formats import read_freq
+
+logger = logging.getLogger(__name__)
+
+D2T, T2D, VOCAB_CONFIG = "d2t.npy", "t2d.npy", "vocab_config.json"
+
+
+@dataclass(frozen=True)
+class VocabResult:
+    output: Path
+    draft_vocab_size: int
+    target_vocab_size: int
+    coverage: float  # share of counted (assistant) tokens the draft vocabulary covers
+    implementation: str
+
+
+def _build_mappings(freq: dict[int, int], draft: int, target: int) -> tuple[Any, Any]:
+    import torch
+
+    ranked = sorted(freq, key=lambda t: (-freq[t], t))[:draft]
+    chosen = set(ranked)
+    for tid in range(target):
+        if len(ranked) >= draft:
+            break
+        if tid not in chosen:
+            ranked.append(tid)
+    ranked.sort()
+    d2t = torch.tensor(ranked, dtype=torch.long) - torch.arange(draft, dtype=torch.long)
+    t2d = torch.zeros(target, dtype=torch.bool)
+    t2d[ranked] = True
+    return d2t, t2d
+
+
+def _mapping_function() -> tuple[Any, str]:
+    try:
+        from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
+    except Exception as exc:  # noqa: BLE001 - unpatched speculators fails in many ways on import
+        logger.info("speculators not importable (%s); using eagle3_runner's equivalent", type(exc).__name__)
+        return (lambda f, d, t: _build_mappings(f, d, t)), "eagle3_runner"
+    return (
+        lambda f, d, t: build_vocab_mappings_from_distribution(f, draft_vocab_size=d, target_vocab_size=t),
+        "speculators.train.vocab_mapping",
+    )
+
+
+def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size: int, output: Path) -> VocabResult:
+    freq, recorded_vocab = read_freq(freq_file)
+    target = target_vocab_size or recorded_vocab
+    if not target:
+        raise UsageError("--target-vocab-size is needed (the frequency file does not record it)")
+    if not 0 < draft_vocab_size <= target:
+        raise UsageError(f"--draft-vocab-size must be in [1, {target}], got {draft_vocab_size}")
+    out_of_range = sorted(t for t in freq if t >= target)
+    if out_of_range:
+        raise BadInput(f"{freq_file}: token ids {out_of_range[:5]} are outside the target vocabulary ({target})")
+    build, impl = _mapping_function()
+    d2t, t2d = build(freq, draft_vocab_size, target)
+    import numpy as np
+
+    output = Path(output)
+    write_with(output / D2T, lambda fh: np.save(fh, d2t.cpu().numpy()))
+    write_with(output / T2D, lambda fh: np.save(fh, t2d.cpu().numpy()))
+    total = sum(freq.values())
+    covered = sum(c for t, c in freq.items() if bool(t2d[t]))
+    coverage = covered / total if total else 0.0
+    write_json(output / VOCAB_CONFIG, {
+        "draft_vocab_size": draft_vocab_size,
+        "target_vocab_size": target,
+        "coverage": coverage,
+        "freq": str(Path(freq_file).absolute()),
+        "implementation": impl,
+    })
+    logger.info("draft vocabulary of %d/%d tokens covers %.1f%% of assistant tokens", draft_vocab_size, target, 100 * coverage)
+    return VocabResult(output, draft_vocab_size, target, coverage, impl)
+
+
+def load_vocab(folder: Path) -> tuple[Any, Any]:
+    """``(d2t, t2d)`` as torch tensors, checked against each other."""
+    import numpy as np
+    import torch
+
+    folder = Path(folder)
+    try:
+        d2t = torch.from_numpy(np.load(folder / D2T)).long()
+        t2d = torch.from_numpy(np.load(folder / T2D)).bool()
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{folder} does not hold d2t.npy/t2d.npy: {exc}") from None
+    if int(t2d.sum()) != d2t.shape[0]:
+        raise BadInput(f"{folder}: t2d marks {int(t2d.sum())} tokens, d2t has {d2t.shape[0]}")
+    return d2t, t2d
+
+
+def vocab_is_complete(folder: Path) -> bool:
+    try:
+        json.loads((Path(folder) / VOCAB_CONFIG).read_text())
+        load_vocab(folder)
+    except (OSError, ValueError, BadInput):
+        return False
+    return True
