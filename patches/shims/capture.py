@@ -86,7 +86,6 @@ class HiddenStatesCapture:
         self.step: dict[int, torch.Tensor] = {}
         self.chunks: dict[str, list[list[torch.Tensor]]] = {}
         self.order: list[str] = []
-        self.prefill_limits: dict[str, int] | None = None
         self.handles: list[Any] = []
         self._signatures: dict[int, inspect.Signature] = {}
         for lid in sorted(set(self.layer_ids)):
@@ -190,7 +189,9 @@ class HiddenStatesCapture:
 
     def _attribute(self, scheduler_output: Any) -> None:
         states = [self.step[lid] for lid in self.layer_ids]
-        limits = self.prefill_limits
+        # speculators 0.4.0 sends, before each step, how many of each request's scheduled
+        # tokens are prompt tokens (``_set_request_metadata``); 0.3.0 sends nothing.
+        limits = getattr(self.worker, "_current_request_metadata", None)
         for rid, start, n in self._layout(scheduler_output):
             if limits is not None:
                 n = min(n, int(limits.get(rid, 0)))
@@ -202,18 +203,16 @@ class HiddenStatesCapture:
                 self.order.append(rid)
             for k, tensor in enumerate(states):
                 per_layer[k].append(tensor[start : start + n])
-        self.prefill_limits = None
+        if limits is not None:
+            self.worker._current_request_metadata = None
 
     # -- the extension's API -----------------------------------------------------------------
-    def set_prefill_limits(self, limits: dict[str, int] | None) -> None:
-        """Tokens of each request in the next step that are prompt tokens (the rest: decode)."""
-        self.prefill_limits = dict(limits) if limits is not None else None
-
     def reset(self) -> None:
         self.step = {}
         self.chunks = {}
         self.order = []
-        self.prefill_limits = None
+        if getattr(self.worker, "_current_request_metadata", None) is not None:
+            self.worker._current_request_metadata = None
 
     def collect(self) -> dict[str, list[torch.Tensor]] | None:
         """``{request id: [tensor per layer id]}`` (CPU tensors), then reset; None if empty."""
