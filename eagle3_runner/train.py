@@ -1,0 +1,329 @@
+"""``eagle3 train``: extracted samples + vocab -> a trained EAGLE-3 draft, through speculators.
+
+Uses speculators' own pieces the way its training script does: ``Eagle3SpeculatorConfig`` /
+``Eagle3DraftModel`` (draft config built from the verifier's config: a Llama decoder layer with
+the verifier's sizes), ``Eagle3SampleFileDataset`` (v1 files: all layer ids but the last are
+the draft's input, the last gives the teacher logits), speculators' multipack batch sampler,
+``Trainer`` and its checkpointer.  Runner-side adaptations, none of them edits of speculators:
+
+* ``--steps N``: the sampler yields exactly ``N`` packed batches (cycling the data over
+  sampler epochs), and the trainer runs one epoch; the checkpoint is ``CKPT/0``.
+* CPU: the device is passed to the trainer as ``"cpu"`` (it moves batches with
+  ``.to(local_rank)``); attention runs through :mod:`eagle3_runner.cpu_attention` (FlexAttention
+  has no CPU backward); ``torch.compile`` is off unless ``--compile``; under ``torchrun`` the
+  process group uses gloo and FSDP's sharded layers are materialized on the CPU (speculators'
+  trainer materializes them on CUDA).
+* the loss of every step goes to ``CKPT/loss.jsonl`` (from speculators' metrics logger).
+
+The checkpoint (speculators' format) embeds ``d2t``/``t2d``, names the verifier
+(``speculators_config.verifier.name_or_path``) and the auxiliary layer ids
+(``eagle_aux_hidden_state_layer_ids``), so vLLM can load it as an EAGLE-3 draft.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput, EnvironmentProblem, UsageError
+from .formats import DATA_CONFIG, iter_sample_files
+from .vocab import load_vocab
+
+logger = logging.getLogger(__name__)
+
+LOSS_LOG = "loss.jsonl"
+TRAIN_CONFIG = "train_config.json"
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    data: Path
+    vocab: Path
+    verifier: Path
+    output: Path
+    steps: int = 100
+    device: str = "cpu"
+    lr: float = 1e-4
+    seed: int = 0
+    num_layers: int = 1
+    ttt_steps: int = 3
+    ttt_step_loss_decay: float = 1.0
+    max_len: int = 2048  # tokens per packed batch
+    scheduler: str = "linear"
+    noise_std: float = 0.0  # uniform noise on the input states (speculators' AddUniformNoise)
+    compile: bool = False
+
+
+@dataclass
+class TrainResult:
+    checkpoint: Path
+    losses: list[float] = field(default_factory=list)
+    world_size: int = 1
+
+
+class _LossRecorder(logging.Handler):
+    """Receives speculators' per-step metrics records and appends them to ``loss.jsonl``."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(logging.INFO)
+        self.path = path
+        self.losses: list[float] = []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = path.open("w", encoding="utf-8")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.msg
+        if not isinstance(msg, dict) or "train" not in msg:
+            return
+        metrics = msg["train"]
+        step = getattr(record, "step", len(self.losses))
+        self.losses.append(float(metrics["loss"]))
+        self.fh.write(json.dumps({"step": step, "loss": metrics["loss"], "lr": msg.get("lr"), **{
+            k: v for k, v in metrics.items() if k != "loss"}}) + "\n")
+        self.fh.flush()
+        logger.info("step %d loss %.4f", step, metrics["loss"])
+
+    def close(self) -> None:
+        self.fh.close()
+        super().close()
+
+
+class _StepsSampler:
+    """Exactly ``steps`` batches from a speculators batch sampler, cycling its epochs."""
+
+    def __init__(self, inner: Any, steps: int) -> None:
+        self.inner, self.steps = inner, steps
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def set_epoch(self, epoch: int) -> None:  # the trainer calls this once (one epoch)
+        pass
+
+    def __iter__(self) -> Iterator[Any]:
+        produced, epoch = 0, 0
+        while produced < self.steps:
+            self.inner.set_epoch(epoch)
+            batches = list(iter(self.inner))
+            if not batches:
+                raise BadInput("no training batch could be formed from the samples")
+            for b in batches:
+                if produced == self.steps:
+                    return
+                yield b
+                produced += 1
+            epoch += 1
+
+
+def _import_speculators() -> dict[str, Any]:
+    try:
+        from speculators.config import SpeculatorsConfig, VerifierConfig
+        from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+        from speculators.proposals.greedy import GreedyTokenProposalConfig
+        from speculators.train import trainer as trainer_mod
+        from speculators.train.data import Eagle3SampleFileDataset, create_collate_fn
+        from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
+        from speculators.train.noise_transforms import AddUniformNoise
+        from speculators.train.utils import apply_fully_sharded
+    except Exception as exc:  # noqa: BLE001 - unpatched speculators fails in several ways
+        raise EnvironmentProblem(
+            f"speculators' training classes are not importable ({type(exc).__name__}: {exc})",
+            hint="install speculators into DIR, patch it (python -m vllm_compat apply --site-packages DIR) "
+            "and put DIR on PYTHONPATH",
+        ) from None
+    return locals()
+
+
+def _data_layer_ids(data: Path) -> list[int]:
+    try:
+        cfg = json.loads((Path(data) / DATA_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{data} has no readable {DATA_CONFIG} (run eagle3 extract first): {exc}") from None
+    return list(cfg["layer_ids"])
+
+
+def draft_layer_config(verifier: Path, num_layers: int, attn_implementation: str) -> Any:
+    """A Llama decoder-layer config with the verifier's sizes (what speculators' script builds)."""
+    from transformers import AutoConfig, LlamaConfig
+
+    vc = AutoConfig.from_pretrained(str(verifier))
+    vc = getattr(vc, "text_config", None) or vc
+    heads = vc.num_attention_heads
+    kv_heads = getattr(vc, "num_key_value_heads", None) or heads
+    cfg = LlamaConfig(
+        vocab_size=vc.vocab_size,
+        hidden_size=vc.hidden_size,
+        intermediate_size=vc.intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads if heads % kv_heads == 0 else heads,
+        head_dim=vc.hidden_size // heads,
+        max_position_embeddings=vc.max_position_embeddings,
+        rms_norm_eps=getattr(vc, "rms_norm_eps", 1e-6),
+        rope_parameters=getattr(vc, "rope_parameters", None),
+        pad_token_id=getattr(vc, "pad_token_id", None),
+        bos_token_id=getattr(vc, "bos_token_id", None),
+        eos_token_id=getattr(vc, "eos_token_id", None),
+    )
+    cfg._attn_implementation = attn_implementation
+    return cfg
+
+
+def _setup_distributed(device: str) -> tuple[int, int, bool]:
+    """(rank, world size, distributed) from torchrun's environment; gloo on CPU, nccl on CUDA."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, False
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    return dist.get_rank(), world, True
+
+
+def train(opts: TrainOptions) -> TrainResult:
+    if opts.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if opts.device not in ("cpu", "cuda"):
+        raise UsageError("--device must be cpu or cuda")
+    import torch
+
+    if opts.device == "cuda" and not torch.cuda.is_available():
+        raise EnvironmentProblem("--device cuda but no CUDA device is available")
+    if not opts.compile:
+        import torch._dynamo
+
+        torch._dynamo.config.disable = True  # speculators decorates forward with torch.compile
+    sp = _import_speculators()
+    rank, world, distributed = _setup_distributed(opts.device)
+    torch.manual_seed(opts.seed + rank)
+
+    layer_ids = _data_layer_ids(opts.data)
+    if len(layer_ids) != 4:
+        raise UsageError(f"EAGLE-3 needs 3 auxiliary layers + the last; the samples have layer ids {layer_ids}")
+    files = [str(p) for _, p in iter_sample_files(opts.data)]
+    if not files:
+        raise BadInput(f"no data_*.pt samples in {opts.data}")
+    d2t, t2d = load_vocab(opts.vocab)
+
+    if opts.device == "cpu":
+        from .cpu_attention import register
+
+        attn = register()
+    else:
+        attn = "simple_flex_attention"
+    from transformers import AutoConfig
+
+    verifier_cfg = AutoConfig.from_pretrained(str(opts.verifier))
+    layer_cfg = draft_layer_config(opts.verifier, opts.num_layers, attn)
+    config = sp["Eagle3SpeculatorConfig"](
+        transformer_layer_config=layer_cfg,
+        draft_vocab_size=int(d2t.shape[0]),
+        norm_before_residual=False,
+        eagle_aux_hidden_state_layer_ids=layer_ids[:-1],
+        speculators_config=sp["SpeculatorsConfig"](
+            algorithm="eagle3",
+            proposal_methods=[sp["GreedyTokenProposalConfig"](speculative_tokens=opts.ttt_steps)],
+            default_proposal_method="greedy",
+            verifier=sp["VerifierConfig"].from_config(verifier_cfg, name_or_path=str(Path(opts.verifier).absolute())),
+        ),
+    )
+    model = sp["Eagle3DraftModel"](config=config, t2d=t2d, d2t=d2t)
+
+    transform = sp["AddUniformNoise"](std=opts.noise_std, tensors=("hidden_states",)) if opts.noise_std else None
+    dataset = sp["Eagle3SampleFileDataset"](max_len=opts.max_len, file_list=files, transform=transform)
+    inner = sp["MultipackDistributedBatchSamplerV2"](
+        batch_max_length=opts.max_len, lengths=dataset.approx_lengths, num_replicas=world, rank=rank, seed=opts.seed
+    )
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_sampler=_StepsSampler(inner, opts.steps), collate_fn=sp["create_collate_fn"](opts.max_len))
+
+    trainer_mod = sp["trainer_mod"]
+    device: Any = "cpu" if opts.device == "cpu" else int(os.environ.get("LOCAL_RANK", "0"))
+    trainer_config = trainer_mod.TrainerConfig(
+        lr=opts.lr,
+        num_epochs=1,
+        save_path=str(opts.output),
+        resume_from_checkpoint=False,
+        is_distributed=distributed,
+        local_rank=device,
+        train_call_kwargs={"ttt_steps": opts.ttt_steps, "ttt_step_loss_decay": opts.ttt_step_loss_decay,
+                           "use_off_policy_tokens": False},
+        val_call_kwargs={"ttt_steps": opts.ttt_steps, "ttt_step_loss_decay": opts.ttt_step_loss_decay},
+        scheduler_type=opts.scheduler,
+    )
+    recorder = _LossRecorder(Path(opts.output) / LOSS_LOG) if rank == 0 else None
+    metrics_logger = logging.getLogger("speculators.metrics")
+    if recorder:
+        metrics_logger.addHandler(recorder)
+        metrics_logger.setLevel(logging.INFO)
+    try:
+        trainer_cls = _cpu_trainer(trainer_mod.Trainer, sp["apply_fully_sharded"]) if opts.device == "cpu" else trainer_mod.Trainer
+        trainer = trainer_cls(model, trainer_config, loader, None)
+        trainer.run_training()
+    finally:
+        if recorder:
+            metrics_logger.removeHandler(recorder)
+            recorder.close()
+    checkpoint = Path(opts.output) / "0"
+    if rank == 0:
+        from .atomic import write_json
+
+        write_json(Path(opts.output) / TRAIN_CONFIG, {
+            "checkpoint": str(checkpoint.absolute()), "verifier": str(Path(opts.verifier).absolute()),
+            "data": str(Path(opts.data).absolute()), "vocab": str(Path(opts.vocab).absolute()),
+            "aux_layer_ids": layer_ids[:-1], "steps": opts.steps, "lr": opts.lr, "seed": opts.seed,
+            "device": opts.device, "world_size": world, "num_layers": opts.num_layers, "ttt_steps": opts.ttt_steps,
+            "max_len": opts.max_len, "attention": attn,
+        })
+    if distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    return TrainResult(checkpoint, recorder.losses if recorder else [], world)
+
+
+def _cpu_trainer(base: type, apply_fully_sharded: Any) -> type:
+    """speculators' Trainer, with its FSDP set-up materializing the sharded layers on the CPU."""
+
+    class CpuTrainer(base):  # type: ignore[misc, valid-type]
+        def setup_model(self) -> None:
+            if not self.is_distributed:
+                return super().setup_model()
+            from torch.distributed.fsdp import FSDPModule
+
+            apply_fully_sharded(self.model)
+            for m in self.model.layers.children():
+                if isinstance(m, FSDPModule):
+                    m.to_empty(device="cpu")
+                    for sub in m.modules():
+                        if hasattr(sub, "reset_parameters"):
+                            sub.reset_parameters()
+            return None
+
+    return CpuTrainer
+
+
+def read_losses(output: Path) -> list[float]:
+    path = Path(output) / LOSS_LOG
+    if not path.is_file():
+        return []
+    return [json.loads(line)["loss"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def checkpoint_is_complete(output: Path, steps: int | None = None) -> bool:
+    ckpt = Path(output) / "0"
+    if not ((ckpt / "config.json").is_file() and (ckpt / "model.safetensors").is_file()):
+        return False
+    return steps is None or len(read_losses(output)) >= steps
