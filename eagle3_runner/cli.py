@@ -1,0 +1,202 @@
+"""``eagle3``: the command line (parsing, printing, exit codes). Library modules never print."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import EXIT_CODES_HELP, ExitCode, RunnerError
+
+DESCRIPTION = "From chat data to a trained EAGLE-3 draft on the (vllm-compat patched) speculators stack."
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="eagle3", description=DESCRIPTION, epilog=EXIT_CODES_HELP, formatter_class=fmt)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def cmd(name: str, help: str, doc: str | None = None) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=doc or help, epilog=EXIT_CODES_HELP, formatter_class=fmt)
+
+    from . import extract as extract_mod
+    from . import prepare as prepare_mod
+    from . import run as run_mod
+    from . import train as train_mod
+    from . import vocab as vocab_mod
+
+    s = cmd("prepare", "chat rows -> token rows with an assistant-token loss mask", prepare_mod.__doc__)
+    s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer and chat template)")
+    s.add_argument("--data", required=True, type=Path, help="chat JSON lines {\"messages\": [...]}")
+    s.add_argument("--output", required=True, type=Path, help="token JSON lines (frequencies go to OUTPUT.freq.json)")
+    s.add_argument("--seq-length", type=int, default=2048, help="truncate to this many tokens (default 2048)")
+
+    s = cmd("extract", "token rows -> hidden-state samples (speculators' format)", extract_mod.__doc__)
+    s.add_argument("--model", required=True, type=Path)
+    s.add_argument("--input", required=True, type=Path, help="token JSON lines from prepare")
+    s.add_argument("--output", required=True, type=Path, help="folder for data_{i}.pt and data_config.json")
+    s.add_argument("--layers", help="comma-separated layer ids (default 2,N//2,N-3,N; id N = before the final norm)")
+    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--max-model-len", type=int, help="default: longest row + 1, rounded up to 32")
+    s.add_argument("--tensor-parallel-size", type=int, default=1)
+    s.add_argument("--shard", help="I/N: take token lines with index %% N == I (round-robin)")
+    s.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto")
+    s.add_argument("--backend", choices=("vllm", "hf"), default="vllm")
+    s.add_argument("--site-packages", help="folder holding the patched speculators (default: found on sys.path)")
+    s.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
+
+    s = cmd("vocab", "token frequencies -> draft vocabulary (d2t.npy, t2d.npy)", vocab_mod.__doc__)
+    s.add_argument("--freq", required=True, type=Path, help="TOKENS.freq.json from prepare (or speculators' token_freq.pt)")
+    s.add_argument("--target-vocab-size", type=int, help="default: the value recorded by prepare")
+    s.add_argument("--draft-vocab-size", required=True, type=int)
+    s.add_argument("--output", required=True, type=Path)
+
+    s = cmd("train", "samples + vocab -> a trained EAGLE-3 draft (speculators' Trainer)", train_mod.__doc__)
+    s.add_argument("--data", required=True, type=Path, help="extract's output folder")
+    s.add_argument("--vocab", required=True, type=Path, help="vocab's output folder")
+    s.add_argument("--verifier", required=True, type=Path, help="the verifier model folder")
+    s.add_argument("--output", required=True, type=Path, help="checkpoint folder (the draft is OUTPUT/0)")
+    s.add_argument("--steps", type=int, default=100)
+    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    s.add_argument("--lr", type=float, default=1e-4)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--num-layers", type=int, default=1, help="draft decoder layers (default 1)")
+    s.add_argument("--ttt-steps", type=int, default=3)
+    s.add_argument("--ttt-step-loss-decay", type=float, default=1.0)
+    s.add_argument("--max-len", type=int, default=2048, help="tokens per packed batch")
+    s.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="linear")
+    s.add_argument("--noise-std", type=float, default=0.0)
+    s.add_argument("--compile", action="store_true", help="keep speculators' torch.compile on")
+    s.add_argument("--nproc", type=int, default=1, help="> 1: run under torchrun with this many processes")
+
+    s = cmd("run", "every step from a TOML config, skipping finished ones", run_mod.__doc__)
+    s.add_argument("config", nargs="?", type=Path)
+    s.add_argument("--example-config", action="store_true", help="print a complete, commented example config")
+    s.add_argument("--tiny", action="store_true", help="build a tiny Llama and chat set offline and run on them")
+    s.add_argument("--workdir", type=Path, default=Path("runs/tiny"), help="with --tiny (default runs/tiny)")
+    s.add_argument("--backend", choices=("vllm", "hf"), default="vllm", help="with --tiny: extract backend")
+    s.add_argument("--steps", type=int, default=30, help="with --tiny: training steps")
+    s.add_argument("--force", action="store_true", help="redo every step")
+    return p
+
+
+def _setup_logging(verbose: bool, quiet: bool) -> None:
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not verbose:
+        logging.getLogger("speculators.metrics").propagate = False  # per-step metrics go to loss.jsonl
+
+
+def _cmd_prepare(a: argparse.Namespace) -> int:
+    from .prepare import prepare
+
+    r = prepare(a.model, a.data, a.output, a.seq_length)
+    print(f"{r.output}: {r.rows} rows, {r.tokens} tokens, {r.masked_tokens} in the loss "
+          f"({r.truncated} truncated; mask by {r.mask_method})")
+    print(f"{r.freq}: token frequencies")
+    return ExitCode.OK
+
+
+def _cmd_extract(a: argparse.Namespace) -> int:
+    from .extract import ExtractOptions, extract, parse_shard
+
+    r = extract(ExtractOptions(
+        model=a.model, input=a.input, output=a.output, layers=a.layers, batch_size=a.batch_size,
+        max_model_len=a.max_model_len, tensor_parallel_size=a.tensor_parallel_size, shard=parse_shard(a.shard),
+        dtype=a.dtype, backend=a.backend, site_packages=a.site_packages,
+        gpu_memory_utilization=a.gpu_memory_utilization,
+    ))
+    rate = f", {r.written / r.seconds:.1f} samples/s, {r.tokens / r.seconds:,.0f} tokens/s" if r.seconds else ""
+    print(f"{r.output}: {r.written} written, {r.skipped} already done, {len(r.bad)} bad of {r.total} "
+          f"(layer ids {r.layer_ids}{rate})")
+    if r.bad:
+        for index, problems in r.bad:
+            print(f"  line {index + 1} (data_{index}.pt): {'; '.join(problems)}", file=sys.stderr)
+        return ExitCode.BAD_SAMPLES
+    return ExitCode.OK
+
+
+def _cmd_vocab(a: argparse.Namespace) -> int:
+    from .vocab import build_vocab
+
+    r = build_vocab(a.freq, a.target_vocab_size, a.draft_vocab_size, a.output)
+    print(f"{r.output}: d2t.npy, t2d.npy ({r.draft_vocab_size} of {r.target_vocab_size} tokens, "
+          f"{100 * r.coverage:.1f}% of assistant tokens covered; {r.implementation})")
+    return ExitCode.OK
+
+
+def _print_losses(checkpoint: Path, losses: list[float]) -> None:
+    from .plot import loss_plot, loss_table
+
+    print(f"checkpoint: {checkpoint}")
+    if losses:
+        print(f"training loss ({len(losses)} steps, {losses[0]:.4f} -> {losses[-1]:.4f}):")
+        print(loss_plot(losses))
+        print(loss_table(losses))
+
+
+def _cmd_train(a: argparse.Namespace) -> int:
+    from .train import TrainOptions, read_losses, train
+
+    opts = TrainOptions(
+        data=a.data, vocab=a.vocab, verifier=a.verifier, output=a.output, steps=a.steps, device=a.device, lr=a.lr,
+        seed=a.seed, num_layers=a.num_layers, ttt_steps=a.ttt_steps, ttt_step_loss_decay=a.ttt_step_loss_decay,
+        max_len=a.max_len, scheduler=a.scheduler, noise_std=a.noise_std, compile=a.compile,
+    )
+    if a.nproc > 1 and "LOCAL_RANK" not in os.environ:
+        from .launch import torchrun_train
+
+        torchrun_train(opts, a.nproc)
+        _print_losses(a.output / "0", read_losses(a.output))
+        return ExitCode.OK
+    r = train(opts)
+    if int(os.environ.get("RANK", "0")) == 0:
+        _print_losses(r.checkpoint, r.losses)
+    return ExitCode.OK
+
+
+def _cmd_run(a: argparse.Namespace) -> int:
+    from .run import example_config, load_config, run_pipeline, tiny_config
+
+    if a.example_config:
+        print(example_config(), end="")
+        return ExitCode.OK
+    if a.tiny:
+        cfg = tiny_config(a.workdir, backend=a.backend, steps=a.steps)
+    elif a.config:
+        cfg = load_config(a.config)
+    else:
+        print("eagle3 run: give CONFIG.toml, --tiny or --example-config", file=sys.stderr)
+        return ExitCode.USAGE
+    r = run_pipeline(cfg, force=a.force)
+    if r.skipped:
+        print(f"skipped (already complete): {', '.join(r.skipped)}")
+    _print_losses(r.checkpoint, r.losses)
+    return ExitCode.OK
+
+
+COMMANDS = {"prepare": _cmd_prepare, "extract": _cmd_extract, "vocab": _cmd_vocab, "train": _cmd_train, "run": _cmd_run}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _setup_logging(args.verbose, args.quiet)
+    try:
+        return int(COMMANDS[args.command](args))
+    except RunnerError as exc:
+        print(f"eagle3 {args.command}: error: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(exc.hint, file=sys.stderr)
+        return int(exc.code)
+    except KeyboardInterrupt:
+        print(f"eagle3 {args.command}: interrupted (re-run to resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""A small text plot of a loss curve (returned as a string; the CLI prints it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def loss_plot(losses: Sequence[float], height: int = 8, width: int = 60) -> str:
+    if not losses:
+        return "(no loss recorded)"
+    n = len(losses)
+    cols = min(width, n)
+    # average the steps falling into each column
+    values = []
+    for c in range(cols):
+        lo, hi = c * n // cols, max((c + 1) * n // cols, c * n // cols + 1)
+        chunk = losses[lo:hi]
+        values.append(sum(chunk) / len(chunk))
+    top, bottom = max(values), min(values)
+    span = (top - bottom) or 1.0
+    rows = []
+    for r in range(height):
+        level = top - span * r / max(height - 1, 1)
+        line = "".join("*" if abs(v - level) <= span / (2 * max(height - 1, 1)) else " " for v in values)
+        rows.append(f"{level:10.4g} |{line}")
+    rows.append(" " * 11 + "+" + "-" * cols)
+    rows.append(" " * 12 + f"step 0 .. {n - 1}")
+    return "\n".join(rows)
+
+
+def loss_table(losses: Sequence[float]) -> str:
+    return "\n".join(f"  step {i:4d}  loss {v:.6f}" for i, v in enumerate(losses))

@@ -1,0 +1,243 @@
+"""``eagle3 run CONFIG.toml``: prepare -> extract -> vocab -> train, skipping finished steps.
+
+A step is skipped when its output is complete: ``prepare`` when the token file and its
+frequencies exist, ``vocab`` when ``d2t.npy``/``t2d.npy`` load and agree, ``train`` when the
+checkpoint exists and ``loss.jsonl`` has every step.  ``extract`` always runs, and itself
+skips every sample already written (so an interrupted run resumes where it stopped).
+``--force`` redoes every step.  Paths in the config are relative to the config file's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput
+from .extract import ExtractOptions, ExtractResult, extract, parse_shard
+from .formats import freq_path_for
+from .prepare import prepare
+from .train import TrainOptions, TrainResult, checkpoint_is_complete, read_losses, train
+from .vocab import build_vocab, vocab_is_complete
+
+logger = logging.getLogger(__name__)
+
+EXAMPLE_CONFIG = '''\
+# eagle3 run CONFIG.toml -- every step of the EAGLE-3 pipeline, skipping finished ones.
+# Relative paths are relative to this file's folder.
+
+# Where the intermediate files and the checkpoint go:
+#   WORKDIR/tokens.jsonl (+ tokens.freq.json), WORKDIR/hidden_states/, WORKDIR/vocab/,
+#   WORKDIR/checkpoint/ (the trained draft is WORKDIR/checkpoint/0, loss per step in
+#   WORKDIR/checkpoint/loss.jsonl)
+workdir = "runs/llama-8b"
+
+# The verifier (target) model: a local folder in HF format.
+model = "/models/Meta-Llama-3.1-8B-Instruct"
+
+[prepare]
+data = "data/chat.jsonl"          # JSON lines {"messages": [{"role": ..., "content": ...}, ...]}
+seq_length = 2048                 # truncate conversations to this many tokens
+
+[extract]
+backend = "vllm"                  # "vllm" (speculators' generator, patched) or "hf" (transformers)
+# layers = [2, 16, 29, 32]        # default [2, N//2, N-3, N]; id N = last layer before the final norm
+batch_size = 8                    # prompts per generator call
+# max_model_len = 2080            # default: longest row + 1, rounded up to 32
+dtype = "auto"                    # "auto" | "bfloat16" | "float32"
+tensor_parallel_size = 1
+# shard = "0/1"                   # I/N: this run takes token lines with index % N == I
+# site_packages = "/opt/speculators-site"   # where the patched speculators lives
+
+[vocab]
+draft_vocab_size = 32000
+# target_vocab_size = 128256      # default: the model's vocab_size (recorded by prepare)
+
+[train]
+steps = 1000
+device = "cuda"                   # "cuda" or "cpu"
+lr = 1e-4
+seed = 0
+num_layers = 1                    # draft decoder layers
+max_len = 2048                    # tokens per packed batch
+nproc = 1                         # > 1: runs under torchrun (FSDP; gloo on CPU, nccl on CUDA)
+'''
+
+STEPS = ("prepare", "extract", "vocab", "train")
+
+
+@dataclass
+class PipelineConfig:
+    workdir: Path
+    model: Path
+    data: Path
+    seq_length: int = 2048
+    extract: dict[str, Any] = field(default_factory=dict)
+    vocab: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> Path:
+        return self.workdir / "tokens.jsonl"
+
+    @property
+    def hidden_states(self) -> Path:
+        return self.workdir / "hidden_states"
+
+    @property
+    def vocab_dir(self) -> Path:
+        return self.workdir / "vocab"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.workdir / "checkpoint"
+
+
+@dataclass
+class PipelineResult:
+    skipped: list[str] = field(default_factory=list)
+    extract: ExtractResult | None = None
+    train: TrainResult | None = None
+    checkpoint: Path | None = None
+    losses: list[float] = field(default_factory=list)
+
+
+def _toml_load(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with Path(path).open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{path}: not valid TOML: {exc}") from None
+
+
+_KNOWN = {
+    "": {"workdir", "model", "prepare", "extract", "vocab", "train"},
+    "prepare": {"data", "seq_length"},
+    "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
+                "site_packages", "gpu_memory_utilization"},
+    "vocab": {"draft_vocab_size", "target_vocab_size"},
+    "train": {"steps", "device", "lr", "seed", "num_layers", "max_len", "nproc", "ttt_steps", "scheduler",
+              "noise_std"},
+}
+
+
+def load_config(path: Path) -> PipelineConfig:
+    raw = _toml_load(path)
+    base = Path(path).absolute().parent
+    for section, keys in _KNOWN.items():
+        table = raw if not section else raw.get(section, {})
+        if not isinstance(table, dict):
+            raise BadInput(f"{path}: [{section}] must be a table")
+        unknown = set(table) - keys
+        if unknown:
+            raise BadInput(f"{path}: unknown key(s) {sorted(unknown)} in [{section or 'top level'}]")
+    for key in ("workdir", "model"):
+        if key not in raw:
+            raise BadInput(f"{path}: '{key}' is required")
+    prep = raw.get("prepare", {})
+    if "data" not in prep:
+        raise BadInput(f"{path}: [prepare] data is required")
+    if "draft_vocab_size" not in raw.get("vocab", {}):
+        raise BadInput(f"{path}: [vocab] draft_vocab_size is required")
+    return PipelineConfig(
+        workdir=base / raw["workdir"],
+        model=base / raw["model"],
+        data=base / prep["data"],
+        seq_length=int(prep.get("seq_length", 2048)),
+        extract=dict(raw.get("extract", {})),
+        vocab=dict(raw.get("vocab", {})),
+        train=dict(raw.get("train", {})),
+    )
+
+
+def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
+    res = PipelineResult()
+    cfg.workdir.mkdir(parents=True, exist_ok=True)
+
+    if not force and cfg.tokens.is_file() and freq_path_for(cfg.tokens).is_file():
+        res.skipped.append("prepare")
+        logger.info("prepare: %s exists, skipped", cfg.tokens)
+    else:
+        r = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length)
+        logger.info("prepare: %d rows, %d tokens (%d in the loss)", r.rows, r.tokens, r.masked_tokens)
+
+    ex = cfg.extract
+    layers = ex.get("layers")
+    res.extract = extract(ExtractOptions(
+        model=cfg.model, input=cfg.tokens, output=cfg.hidden_states,
+        layers=",".join(str(i) for i in layers) if isinstance(layers, list) else layers,
+        batch_size=int(ex.get("batch_size", 8)), max_model_len=ex.get("max_model_len"),
+        tensor_parallel_size=int(ex.get("tensor_parallel_size", 1)), shard=parse_shard(ex.get("shard")),
+        dtype=ex.get("dtype", "auto"), backend=ex.get("backend", "vllm"), site_packages=ex.get("site_packages"),
+        gpu_memory_utilization=ex.get("gpu_memory_utilization"),
+    ))
+    if res.extract.bad:
+        from .errors import ExitCode, RunnerError
+
+        raise RunnerError(
+            f"extract: {len(res.extract.bad)} samples failed validation (lines {[i for i, _ in res.extract.bad][:20]})",
+            ExitCode.BAD_SAMPLES,
+        )
+
+    voc = cfg.vocab
+    if not force and vocab_is_complete(cfg.vocab_dir):
+        res.skipped.append("vocab")
+        logger.info("vocab: %s is complete, skipped", cfg.vocab_dir)
+    else:
+        build_vocab(freq_path_for(cfg.tokens), voc.get("target_vocab_size"), int(voc["draft_vocab_size"]), cfg.vocab_dir)
+
+    tr = cfg.train
+    steps = int(tr.get("steps", 100))
+    if not force and checkpoint_is_complete(cfg.checkpoint, steps):
+        res.skipped.append("train")
+        logger.info("train: %s is complete, skipped", cfg.checkpoint)
+    else:
+        opts = TrainOptions(
+            data=cfg.hidden_states, vocab=cfg.vocab_dir, verifier=cfg.model, output=cfg.checkpoint, steps=steps,
+            device=tr.get("device", "cpu"), lr=float(tr.get("lr", 1e-4)), seed=int(tr.get("seed", 0)),
+            num_layers=int(tr.get("num_layers", 1)), max_len=int(tr.get("max_len", 2048)),
+            ttt_steps=int(tr.get("ttt_steps", 3)), scheduler=tr.get("scheduler", "linear"),
+            noise_std=float(tr.get("noise_std", 0.0)),
+        )
+        nproc = int(tr.get("nproc", 1))
+        if nproc > 1:
+            from .launch import torchrun_train
+
+            torchrun_train(opts, nproc)
+        else:
+            res.train = train(opts)
+    res.checkpoint = cfg.checkpoint / "0"
+    res.losses = read_losses(cfg.checkpoint)
+    return res
+
+
+def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 30, rows: int = 48) -> PipelineConfig:
+    """Build the tiny Llama and chat set in ``workdir`` (offline) and return their pipeline config."""
+    from .atomic import write_text
+    from .tiny import build_tiny_llama, tiny_chat_dataset
+
+    workdir = Path(workdir).absolute()
+    model = workdir / "model"
+    if not (model / "model.safetensors").is_file():
+        build_tiny_llama(model)
+    data = workdir / "chat.jsonl"
+    if not data.is_file():
+        write_text(data, "".join(json.dumps(r) + "\n" for r in tiny_chat_dataset(rows, seed=0)))
+    return PipelineConfig(
+        workdir=workdir, model=model, data=data, seq_length=256,
+        extract={"backend": backend, "batch_size": 16, "dtype": "float32"},
+        vocab={"draft_vocab_size": 256},
+        train={"steps": steps, "device": "cpu", "lr": 3e-3, "max_len": 512, "seed": 0},
+    )
+
+
+def example_config() -> str:
+    return EXAMPLE_CONFIG
