@@ -411,6 +411,14 @@ DATACLASS_TREE = {
             a: int
             b: int = 0
 
+        class PlainBase:
+            def __init__(self, only):
+                pass
+
+        @dataclass(init=False)
+        class NoGeneratedInit(PlainBase):
+            ignored: int = 0
+
         @dataclass
         class ExplicitInit:
             tensors: dict
@@ -462,6 +470,8 @@ DATACLASS_TREE = {
     ("KwOnly(a=1)", None),
     ("KwOnly(1)", "takes 0 positional arguments but 1 were given"),
     ("ExplicitInit({})", None),
+    ("NoGeneratedInit(1)", None),
+    ("NoGeneratedInit(ignored=1)", "unexpected keyword argument 'ignored'"),
     ("ExplicitInit(tensors={}, extra=1)", "unexpected keyword argument 'extra'"),
     ("Params(max_tokens=1, temperature=0.0)", None),
     ("Params(max_tokens=1, top_q=0.0)", "unexpected keyword argument 'top_q'"),
@@ -473,7 +483,8 @@ DATACLASS_TREE = {
 ])
 def test_dataclass_like_signatures(tmp_path, call, problem):
     root = make_tree(tmp_path, DATACLASS_TREE)
-    r = check(root, "from vllm.cfg.sched import SchedulerConfig, Child, KwOnly, ExplicitInit\n"
+    r = check(root, "from vllm.cfg.sched import SchedulerConfig, Child, KwOnly, ExplicitInit, "
+                    "NoGeneratedInit\n"
                     "from vllm.cfg.models import Params, Strict, Loose\n" + call + "\n")
     assert r.calls_checked == 1, r
     if problem is None:
@@ -684,3 +695,67 @@ def test_unpatched_0_4_0_on_vllm_0_33_0_reports_the_moved_planning_functions():
     missing = {f.message.split("'")[1] for f in r.findings if f.kind == "unresolved-import"}
     assert {"get_kv_cache_config_from_groups", "_get_kv_cache_groups_uniform_spec",
             "unify_hybrid_kv_cache_specs"} <= missing, r.findings
+
+
+# ---------------------------------------------------------------------------------------------
+# the checked package itself: shims that re-export vLLM names, relative imports
+# ---------------------------------------------------------------------------------------------
+
+SHIM_TREE = {
+    **FUNC_TREE,
+    "speculators/__init__.py": "",
+    "speculators/data_generation/__init__.py": "",
+    "speculators/data_generation/logging_utils.py": "class PipelineLogger: pass\n",
+}
+
+SHIM = "from vllm.funcs import f, kwonly\ndef own(a): pass\n__all__ = ['f', 'kwonly', 'own']\n"
+
+
+def test_calls_through_a_vendored_shim_are_bound(tmp_path):
+    root = make_tree(tmp_path, SHIM_TREE)
+    gen = ("from speculators._vllm_compat_x import f, own\n"
+           "from speculators import _vllm_compat_x as shim\n"
+           "f(1)\nshim.kwonly(1)\nown(1, 2, 3)\n")
+    clear_cache()
+    r = check_sources({"speculators/data_generation/gen.py": gen,
+                       "speculators/_vllm_compat_x.py": SHIM}, root)
+    assert kinds(r) == [(3, "bad-call"), (4, "bad-call")], r.findings
+    assert "f(...) missing required argument 'b' (vllm/funcs.py" in messages(r)
+    assert "kwonly(...) missing required argument 'k'" in messages(r)
+    assert r.calls_checked == 2  # own() belongs to the package, not to vLLM
+
+
+def test_names_missing_from_the_package_are_reported(tmp_path):
+    root = make_tree(tmp_path, SHIM_TREE)
+    gen = ("from speculators._vllm_compat_x import nope\n"
+           "from speculators._vllm_compat_missing import f\n"
+           "from .logging_utils import PipelineLogger\n"
+           "from .logging_utils import Gone\n"
+           "import torch\nfrom transformers import AutoConfig\n")
+    clear_cache()
+    r = check_sources({"speculators/data_generation/gen.py": gen,
+                       "speculators/_vllm_compat_x.py": SHIM}, root)
+    assert kinds(r) == [(1, "unresolved-import"), (2, "unresolved-import"),
+                        (4, "unresolved-import")], r.findings
+    assert "'Gone' from 'speculators.data_generation.logging_utils'" in messages(r)
+
+
+def test_given_sources_take_the_place_of_the_files_on_disk(tmp_path):
+    root = make_tree(tmp_path, {**SHIM_TREE, "speculators/_vllm_compat_x.py": "x = 1\n"})
+    gen = "from speculators._vllm_compat_x import f\nf(1, 2)\n"
+    clear_cache()
+    r = check_sources({"speculators/gen.py": gen, "speculators/_vllm_compat_x.py": SHIM}, root)
+    assert r.ok and r.calls_checked == 1, r.findings
+
+
+def test_a_changed_vllm_tree_is_not_judged_from_the_cache(tmp_path):
+    root = make_tree(tmp_path, {"vllm/a.py": "def f(x): pass\n"})
+    src = {"user.py": "from vllm.a import f\nf(1)\n"}
+    clear_cache()
+    assert check_sources(src, root).ok
+    (root / "vllm" / "a.py").write_text("def f(x, required_now): pass\n")
+    r = check_sources(src, root)  # same root, same process: the cache must notice
+    assert kinds(r) == [(2, "bad-call")]
+    (root / "vllm" / "a.py").unlink()
+    r = check_sources(src, root)
+    assert kinds(r) == [(1, "unresolved-import")]

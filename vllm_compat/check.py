@@ -19,6 +19,12 @@ speculators -- and proves, for every use of vLLM in the files:
   class, results of vLLM functions/methods whose return annotation names a vLLM class) must be
   defined on the class or its vLLM bases, and binds to its signature where its ``def`` is found.
 
+The checked files' own package (``speculators``) is followed as well: names imported from a
+vendored shim (``from speculators._vllm_compat_kv import get_kv_cache_config_from_groups``) are
+bound to the vLLM definitions the shim re-exports, and an import of a name the package does
+not have is reported.  The given sources take the place of the files on disk.  Nothing
+outside vLLM and that package is read (torch, transformers, ... are never parsed).
+
 Deliberately not checked (counted in ``calls_skipped`` where they are calls): calls using
 ``*args`` / ``**kwargs`` unpacking, methods named by strings (``collective_rpc("name")``),
 calls guarded by ``hasattr(obj, "name")`` or by ``try: ... except TypeError/AttributeError``,
@@ -34,8 +40,9 @@ import builtins
 import hashlib
 import logging
 import os
+import stat
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
@@ -297,41 +304,61 @@ class _Index:
 
     def __init__(self, root: Path):
         self.root = root
-        self.modules: dict[str, _Module | None] = {}
+        # name -> (generation last verified, location signature, module); a cached module is
+        # re-validated by a few stat() calls once per check_sources() call, so a site whose
+        # files changed between calls (apply, upgrade) is never judged from stale sources.
+        self.modules: dict[str, tuple[int, tuple | None, _Module | None]] = {}
+        self.generation = 0
+        self.overlay: dict[str, _Module] = {}  # the files being checked, by module name
 
     def module(self, name: str) -> _Module | None:
-        if name in self.modules:
-            return self.modules[name]
-        mod = self._load(name)
-        self.modules[name] = mod
+        if name in self.overlay:
+            return self.overlay[name]
+        hit = self.modules.get(name)
+        if hit is not None and hit[0] == self.generation:
+            return hit[2]
+        loc = self._locate(name)
+        if hit is not None and hit[1] == loc:
+            self.modules[name] = (self.generation, loc, hit[2])
+            return hit[2]
+        mod = self._build(name, loc)
+        self.modules[name] = (self.generation, loc, mod)
         return mod
 
-    def _load(self, name: str) -> _Module | None:
+    def _locate(self, name: str) -> tuple | None:
         parts = name.split(".")
         if not all(p.isidentifier() for p in parts):
             return None
         if len(parts) > 1 and self.module(".".join(parts[:-1])) is None:
             return None
         base = self.root.joinpath(*parts)
-        rel = "/".join(parts)
-        init = base / "__init__.py"
-        if init.is_file():
-            return self._parsed(name, init, True, f"{rel}/__init__.py")
-        py = base.with_name(parts[-1] + ".py")
-        if py.is_file():
-            return self._parsed(name, py, False, f"{rel}.py")
-        parent = base.parent
-        if parent.is_dir():
-            for p in parent.iterdir():
-                if p.name.startswith(parts[-1] + ".") and p.suffix in (".so", ".pyd"):
-                    return _Module(name, p, False, None, p.name)
+        for kind, path in (("pkg", base / "__init__.py"), ("py", base.with_name(parts[-1] + ".py"))):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                return (kind, str(path), st.st_mtime_ns, st.st_size)
+        if base.parent.is_dir():
+            for p in base.parent.glob(parts[-1] + ".*"):
+                if p.suffix in (".so", ".pyd") and p.name.split(".")[0] == parts[-1]:
+                    return ("ext", str(p), 0, 0)
         if base.is_dir():  # a namespace package
-            return _Module(name, None, True, None, rel)
+            return ("ns", str(base), 0, 0)
         return None
 
-    def _parsed(self, name: str, path: Path, is_pkg: bool, rel: str) -> _Module:
+    def _build(self, name: str, loc: tuple | None) -> _Module | None:
+        if loc is None:
+            return None
+        kind, path = loc[0], Path(loc[1])
+        rel = path.relative_to(self.root).as_posix()
+        if kind == "ext":
+            return _Module(name, path, False, None, rel)
+        if kind == "ns":
+            return _Module(name, None, True, None, rel)
         tree = _parse_cached(path.read_bytes(), str(path))
-        m = _Module(name, path, is_pkg, tree if tree is not None else ast.Module([], []), rel)
+        m = _Module(name, path, kind == "pkg", tree if tree is not None else ast.Module([], []),
+                    rel)
         if tree is None:
             m.opaque = True
         return m
@@ -561,8 +588,16 @@ def _decorator_name(d: ast.expr) -> str:
 
 
 def _is_dataclass_like(c: _Class) -> bool:
-    return any(_decorator_name(d) in ("dataclass", "config", "pydantic_dataclass")
-               for d in c.node.decorator_list)
+    """Decorated so that ``__init__`` is generated from the fields (``@dataclass``, vLLM's
+    ``@config``, pydantic's ``@dataclass``; not ``@dataclass(init=False)``)."""
+    for d in c.node.decorator_list:
+        if _decorator_name(d) in ("dataclass", "config", "pydantic_dataclass"):
+            if isinstance(d, ast.Call) and any(
+                    k.arg == "init" and isinstance(k.value, ast.Constant)
+                    and k.value.value is False for k in d.keywords):
+                continue
+            return True
+    return False
 
 
 def _has_metaclass(c: _Class) -> bool:
@@ -864,9 +899,22 @@ def _is_vllm(name: str) -> bool:
     return name == ROOT_PACKAGE or name.startswith(ROOT_PACKAGE + ".")
 
 
+def _is_vllm_def(o: object) -> bool:
+    """A function, class or method defined in vLLM (what calls are bound against)."""
+    if isinstance(o, (_Func, _Class)):
+        return _is_vllm(o.module.name)
+    if isinstance(o, _BoundMethod):
+        return _is_vllm(o.cls.module.name)
+    return False
+
+
 class _FileChecker:
-    def __init__(self, path: str, source: str, index: _Index):
+    def __init__(self, path: str, source: str, index: _Index, modname: str = "",
+                 is_pkg: bool = False, local_packages: frozenset = frozenset()):
         self.path = path
+        self.modname = modname
+        self.is_pkg = is_pkg
+        self.local_packages = local_packages
         self.source = source
         self.index = index
         self.findings: list[Finding] = []
@@ -1029,6 +1077,25 @@ class _FileChecker:
                     bindings += b
         return failures, bindings
 
+    def _is_local(self, name: str) -> bool:
+        """A module of the package the checked files belong to (``speculators``): imports
+        from it are resolved too, so a vLLM name re-exported by a vendored shim is still
+        bound at its call sites, and a name the shim lacks is reported."""
+        top = name.split(".")[0]
+        return top in self.local_packages and self.index.module(top) is not None
+
+    def _absolute(self, st: ast.ImportFrom) -> str:
+        if not st.level:
+            return st.module or ""
+        if not self.modname:
+            return ""
+        base = self.modname if self.is_pkg else self.modname.rpartition(".")[0]
+        for _ in range(st.level - 1):
+            base = base.rpartition(".")[0]
+        if not base:
+            return ""
+        return f"{base}.{st.module}" if st.module else base
+
     def _import(self, st: ast.Import | ast.ImportFrom, scope: _Scope
                 ) -> tuple[list[tuple], list[tuple[str, list[_Obj] | None]]]:
         failures: list[tuple] = []
@@ -1036,23 +1103,26 @@ class _FileChecker:
         idx = self.index
         if isinstance(st, ast.Import):
             for a in st.names:
-                if not _is_vllm(a.name):
+                if not (_is_vllm(a.name) or self._is_local(a.name)):
                     continue
                 mod = idx.module(a.name)
+                top = a.name.split(".")[0]
                 if mod is None:
                     failures.append((st, "unresolved-import", _no_module(a.name)))
-                    bindings.append((a.asname or a.name.split(".")[0], None))
+                    bindings.append((a.asname or top, None))
                 elif a.asname:
                     bindings.append((a.asname, [_Mod(mod)]))
                 else:
-                    top = idx.module(ROOT_PACKAGE)
-                    bindings.append((ROOT_PACKAGE, [_Mod(top)] if top else None))
+                    topmod = idx.module(top)
+                    bindings.append((top, [_Mod(topmod)] if topmod else None))
             return failures, bindings
-        if st.level or not st.module or not _is_vllm(st.module):
+        absolute = self._absolute(st)
+        vllm = _is_vllm(absolute)
+        if not absolute or not (vllm or self._is_local(absolute)):
             return failures, bindings
-        mod = idx.module(st.module)
+        mod = idx.module(absolute)
         if mod is None:
-            failures.append((st, "unresolved-import", _no_module(st.module)))
+            failures.append((st, "unresolved-import", _no_module(absolute)))
             for a in st.names:
                 bindings.append((a.asname or a.name, None))
             return failures, bindings
@@ -1063,11 +1133,14 @@ class _FileChecker:
             if not found:
                 extra = " (bound only under TYPE_CHECKING)" if a.name in mod.type_only else ""
                 failures.append((st, "unresolved-import",
-                                 f"cannot import name '{a.name}' from '{st.module}' "
+                                 f"cannot import name '{a.name}' from '{absolute}' "
                                  f"({mod.rel}){extra}"))
                 bindings.append((a.asname or a.name, None))
-            else:
+            elif vllm:
                 bindings.append((a.asname or a.name, found))
+            else:  # from the checked package: only what leads into vLLM matters
+                keep = [o for o in found if isinstance(o, _Mod) or _is_vllm_def(o)]
+                bindings.append((a.asname or a.name, keep or [_Opaque("local")]))
         return failures, bindings
 
     # --- types ----------------------------------------------------------------------------
@@ -1152,7 +1225,7 @@ class _FileChecker:
         if not isinstance(ann, (ast.Name, ast.Attribute)):
             return None
         objs = self._resolve(ann, scope)
-        if objs and all(isinstance(o, _Class) for o in objs):
+        if objs and all(isinstance(o, _Class) and _is_vllm_def(o) for o in objs):
             return [_Instance(o) for o in objs]  # type: ignore[arg-type]
         return None
 
@@ -1165,6 +1238,8 @@ class _FileChecker:
             out: list[_Obj] = []
             for c in callees:
                 if isinstance(c, _Class):
+                    if not _is_vllm_def(c):
+                        return None
                     out.append(_Instance(c))
                 elif isinstance(c, (_Func, _BoundMethod)):
                     f = c.func if isinstance(c, _BoundMethod) else c
@@ -1172,7 +1247,7 @@ class _FileChecker:
                     if ret is None or not _plain_annotation(ret):
                         return None
                     r = self.index.eval_in_module(f.module, ret)
-                    if not r or not all(isinstance(x, _Class) for x in r):
+                    if not r or not all(isinstance(x, _Class) and _is_vllm_def(x) for x in r):
                         return None
                     out.extend(_Instance(x) for x in r)  # type: ignore[arg-type]
                 else:
@@ -1218,7 +1293,7 @@ class _FileChecker:
         if scope.cls is None or not scope.self_name or not scope.cls.bases:
             return None
         first = self._resolve(scope.cls.bases[0], scope.parent or scope)
-        if first and len(first) == 1 and isinstance(first[0], _Class):
+        if first and len(first) == 1 and isinstance(first[0], _Class) and _is_vllm_def(first[0]):
             return [_Instance(first[0])]
         return None
 
@@ -1285,7 +1360,7 @@ class _FileChecker:
         callees = self._resolve(call.func, scope, call)
         if not callees:
             return
-        relevant = [c for c in callees if isinstance(c, (_Func, _Class, _BoundMethod))]
+        relevant = [c for c in callees if _is_vllm_def(c)]
         if not relevant:
             return
         line = call.lineno
@@ -1406,18 +1481,60 @@ def _no_module(name: str) -> str:
     return f"No module named '{name}'"
 
 
+def _module_name(path: str, root: Path) -> tuple[str, bool]:
+    """``speculators/_vllm_compat_kv.py`` -> ``("speculators._vllm_compat_kv", False)``."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            p = p.resolve().relative_to(root)
+        except ValueError:
+            return "", False
+    parts = list(p.with_suffix("").parts) if p.suffix == ".py" else []
+    is_pkg = bool(parts) and parts[-1] == "__init__"
+    if is_pkg:
+        parts = parts[:-1]
+    if not parts or not all(x.isidentifier() for x in parts):
+        return "", False
+    return ".".join(parts), is_pkg
+
+
 def check_sources(files: dict[str, str], vllm_root: Path) -> CheckReport:
-    """Check ``files`` ({display path: source}) against the vLLM sources under ``vllm_root``."""
+    """Check ``files`` ({display path: source}) against the vLLM sources under ``vllm_root``
+    (a site-packages folder holding the ``vllm`` package).
+
+    Display paths relative to the site (``speculators/data_generation/x.py``) also name the
+    files' modules: imports between the checked files and from their package are followed,
+    with the given sources taking the place of what is on disk.  Raises FileNotFoundError
+    when there is no ``vllm`` package under ``vllm_root``.
+    """
     index = _index_for(Path(vllm_root))
+    index.generation += 1
     if index.module(ROOT_PACKAGE) is None:
         raise FileNotFoundError(f"no '{ROOT_PACKAGE}' package under {vllm_root}")
+    names = {path: _module_name(path, index.root) for path in files}
+    overlay: dict[str, _Module] = {}
+    for path, source in files.items():
+        modname, is_pkg = names[path]
+        if not modname or _is_vllm(modname):
+            continue
+        try:
+            tree = ast.parse(source, filename=path)
+        except SyntaxError:
+            continue
+        overlay[modname] = _Module(modname, Path(path), is_pkg, tree, path)
+    local = frozenset(m.split(".")[0] for m in overlay)
     findings: list[Finding] = []
     checked = skipped = 0
-    for path, source in files.items():
-        fc = _FileChecker(path, source, index)
-        fc.run()
-        findings.extend(fc.findings)
-        checked += fc.calls_checked
-        skipped += fc.calls_skipped
+    index.overlay = overlay
+    try:
+        for path, source in files.items():
+            modname, is_pkg = names[path]
+            fc = _FileChecker(path, source, index, modname, is_pkg, local)
+            fc.run()
+            findings.extend(fc.findings)
+            checked += fc.calls_checked
+            skipped += fc.calls_skipped
+    finally:
+        index.overlay = {}
     findings.sort(key=lambda f: (f.file, f.line, f.kind, f.message))
     return CheckReport(tuple(findings), len(files), checked, skipped)

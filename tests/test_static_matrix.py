@@ -1,0 +1,93 @@
+"""The static matrix (``scripts/static_matrix.py``): 2 speculators x 25 vLLM releases.
+
+The slow test runs all 50 cells (downloads the wheels once into the cache of
+``tests/upstream.py``) and requires every one to be clean after ``vllm-compat apply``.
+The fast tests cover the script's own logic.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "static_matrix.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("static_matrix", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_matrix_has_50_cells_and_every_minor_release():
+    m = _load()
+    cells = m.select(None)
+    assert len(cells) == 50 and len(set(cells)) == 50
+    assert set(m.SPECULATORS) == {"0.3.0", "0.4.0"}
+    assert m.VLLM[0] == "0.11.0" and m.VLLM[-1] == "0.33.0" and len(m.VLLM) == 25
+    minors = [tuple(map(int, v.split("."))) for v in m.VLLM]
+    assert minors == sorted(minors)
+    assert {mi for _, mi, _ in minors} == set(range(11, 34))
+
+
+@pytest.mark.parametrize("arg,expected", [
+    ("0.32.0", {("0.3.0", "0.32.0"), ("0.4.0", "0.32.0")}),
+    ("0.3.0@0.33.0", {("0.3.0", "0.33.0")}),
+    ("0.4.0@0.11.*", {("0.4.0", "0.11.0"), ("0.4.0", "0.11.1"), ("0.4.0", "0.11.2")}),
+    ("0.3.0@0.12.0,0.13.0", {("0.3.0", "0.12.0"), ("0.3.0", "0.13.0"), ("0.4.0", "0.13.0")}),
+])
+def test_cell_selection(arg, expected):
+    assert set(_load().select(arg)) == expected
+
+
+def test_unknown_cell_is_a_usage_error():
+    with pytest.raises(SystemExit):
+        _load().select("0.99.0")
+
+
+def test_render_counts_findings_and_says_when_apply_did_not_run():
+    m = _load()
+    recs = [
+        {"speculators": "0.3.0", "vllm": "0.11.0", "clean": True, "findings": []},
+        {"speculators": "0.4.0", "vllm": "0.11.0", "clean": False,
+         "findings": [{"file": "a.py", "line": 3, "kind": "bad-call", "message": "boom"}] * 2},
+    ]
+    md = m.render(recs, applied=False, seconds=1.0)
+    assert "| 0.11.0 | clean | 2 |" in md
+    assert "WITHOUT" in md and "1/2 cells clean" in md and "`a.py:3` bad-call: boom" in md
+    assert "WITHOUT" not in m.render(recs, applied=True, seconds=1.0)
+
+
+def test_managed_files_include_manifest_files_and_shims(tmp_path):
+    m = _load()
+    site = tmp_path
+    for rel in m.BASE_FILES + ("speculators/_vllm_compat_kv.py", "speculators/other.py",
+                               "speculators/train/x.py"):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text("")
+    (site / ".vllm_compat").mkdir()
+    (site / ".vllm_compat" / "manifest.json").write_text(json.dumps(
+        {"files": {"speculators/train/x.py": {}}}))
+    assert m.managed_files(site) == list(m.BASE_FILES) + [
+        "speculators/train/x.py", "speculators/_vllm_compat_kv.py"]
+
+
+@pytest.mark.slow
+def test_all_50_cells_are_clean(tmp_path):
+    """Every cell must be clean after apply.  Fails until the catalog covers every break."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--jobs", "2"],
+                          cwd=REPO, capture_output=True, text=True, timeout=3600)
+    result = json.loads((tmp_path / "static-findings.json").read_text())
+    table = (tmp_path / "static-findings.md").read_text()
+    assert len(result["cells"]) == 50, proc.stderr[-3000:]
+    assert result["applied"], "the matrix ran without `vllm-compat apply`"
+    assert all(c.get("calls_checked", 0) > 0 for c in result["cells"]), "vacuous cells"
+    assert result["clean"] == 50, table
+    assert proc.returncode == 0, proc.stdout[-3000:]
