@@ -267,6 +267,14 @@ def _kind(stmt: ast.stmt, logging: bool) -> str | None:
     return None
 
 
+def _is_elif(src: _Source, stmt: ast.stmt, body: list[ast.stmt]) -> bool:
+    if not (isinstance(stmt, ast.If) and body is stmt.orelse and len(body) == 1
+            and isinstance(body[0], ast.If)):
+        return False
+    line = src.lines[body[0].lineno - 1]
+    return line.encode("utf-8")[body[0].col_offset:].startswith(b"elif")
+
+
 def _is_compound(stmt: ast.stmt) -> bool:
     return bool(_bodies(stmt))
 
@@ -296,6 +304,34 @@ def _debug_only_kind(stmt: ast.stmt, logging: bool) -> str | None:
     return first
 
 
+def _is_debug(stmt: ast.stmt, logging: bool) -> bool:
+    if _is_compound(stmt):
+        return _debug_only_kind(stmt, logging) is not None
+    return _kind(stmt, logging) is not None
+
+
+def _clause_header(src: _Source, stmt: ast.stmt, body: list[ast.stmt]) -> int | None:
+    """The unit of the ``else:``/``finally:`` line heading ``body``, when ``body`` is such a
+    clause of ``stmt`` that could be dropped whole (not an ``elif``, not on the header line,
+    not the only clause of a ``try``)."""
+    if body is getattr(stmt, "finalbody", None):
+        if not getattr(stmt, "handlers", None):
+            return None
+        word = "finally"
+    elif body is getattr(stmt, "orelse", None):
+        word = "else"
+    else:
+        return None
+    first = src.unit_of_line[body[0].lineno]
+    u = first - 1
+    while u >= 0 and src.units[u].trivia:
+        u -= 1
+    if u < 0:
+        return None
+    text = src.units[u].text.split("#", 1)[0].strip()
+    return u if text.replace(" ", "") == word + ":" else None
+
+
 def _unit_debug_kind(src: _Source, u: int, logging: bool) -> str | None:
     """The kind of a code unit made of debug statements only (None otherwise)."""
     stmts = src.unit_stmts[u]
@@ -303,6 +339,39 @@ def _unit_debug_kind(src: _Source, u: int, logging: bool) -> str | None:
     if not kinds or None in kinds:
         return None
     return kinds[0]
+
+
+def _items(src: _Source, logging: bool) -> list[tuple[str, list[int]]]:
+    """The code of ``src`` as diff items: one per code unit, except that a compound statement
+    holding only debug output is one item, and so is an ``else:``/``finally:`` clause holding
+    only debug output (so an added ``try:``/``else:`` line is never matched with an upstream
+    one)."""
+    groups: dict[int, int] = {}
+
+    def visit(body: list[ast.stmt]) -> None:
+        for stmt in body:
+            if not _is_compound(stmt):
+                continue
+            if _debug_only_kind(stmt, logging) is not None:
+                groups[src.unit_of_line[stmt.lineno]] = src.unit_of_line[stmt.end_lineno]
+                continue
+            for inner in _bodies(stmt):
+                header = _clause_header(src, stmt, inner)
+                if header is not None and all(_is_debug(s, logging) for s in inner):
+                    groups[header] = src.unit_of_line[inner[-1].end_lineno]
+                else:
+                    visit(inner)
+
+    visit(src.tree.body)
+    items = []
+    u = 0
+    while u < len(src.units):
+        last = groups.get(u, u)
+        units = [v for v in range(u, last + 1) if not src.units[v].trivia]
+        if units:
+            items.append(("".join(src.units[v].text for v in units), units))
+        u = last + 1
+    return items
 
 
 def _bound_names(stmt: ast.Import | ast.ImportFrom) -> list[str] | None:
@@ -357,6 +426,8 @@ class _Stripper:
         self.eligible = self._eligible_units()
         self.removed: dict[int, tuple[ast.stmt, str]] = {}  # id(stmt) -> (stmt, kind)
         self.texts: dict[int, str] = {}  # unit index -> new text ("" deletes the unit)
+        # else/finally/elif clauses dropped whole: id(body) -> unit of the else:/finally: line
+        self.dropped: dict[int, int | None] = {}
 
     # -- step 1: which units may lose statements ------------------------------------------
     def _eligible_units(self) -> set[int]:
@@ -364,21 +435,30 @@ class _Stripper:
         if self.exp is None:
             return set(range(len(cur.units)))
         exp = self.exp
-        cur_code = [i for i, u in enumerate(cur.units) if not u.trivia]
-        exp_code = [i for i, u in enumerate(exp.units) if not u.trivia]
-        sm = _matcher([exp.units[i].text for i in exp_code], [cur.units[i].text for i in cur_code])
+        exp_items = _items(exp, self.logging)
+        cur_items = _items(cur, self.logging)
+        sm = _matcher([t for t, _ in exp_items], [t for t, _ in cur_items])
         eligible: set[int] = set()
         for tag, i1, i2, j1, j2 in sm.get_opcodes():
             if tag == "equal":
                 continue
-            changed = [cur_code[j] for j in range(j1, j2)]
-            eligible.update(changed)
-            if tag != "replace":
+            changed = [u for _, us in cur_items[j1:j2] for u in us]
+            if tag == "insert":
+                eligible.update(changed)
                 continue
+            # A changed hunk: what still matches unit by unit (the header of a block whose
+            # body changed) is not new.
+            olds = [u for _, us in exp_items[i1:i2] for u in us]
+            inner = _matcher([exp.units[u].text for u in olds], [cur.units[u].text for u in changed])
+            matched = {changed[j] for block in inner.get_matching_blocks()
+                       for j in range(block.b, block.b + block.size)}
+            olds = [u for k, u in enumerate(olds) if not any(
+                block.a <= k < block.a + block.size for block in inner.get_matching_blocks())]
+            changed = [u for u in changed if u not in matched]
+            eligible.update(changed)
             # An edited upstream debug line is an edit, not an addition: keep it.
-            upstream = [(exp_code[i], _unit_debug_kind(exp, exp_code[i], True))
-                        for i in range(i1, i2)]
-            upstream = [(i, k) for i, k in upstream if k is not None]
+            upstream = [(u, _unit_debug_kind(exp, u, True)) for u in olds]
+            upstream = [(u, k) for u, k in upstream if k is not None]
             for u in changed:
                 kind = _unit_debug_kind(cur, u, True)
                 if kind is None:
@@ -401,6 +481,24 @@ class _Stripper:
         imports: list[ast.Import | ast.ImportFrom] = []
         self._walk(self.cur.tree.body, imports)
         self._imports(imports)
+        if self.exp is not None:
+            self._clauses(self.cur.tree.body)
+
+    def _clauses(self, body: list[ast.stmt]) -> None:
+        """Mark added else/finally/elif clauses left with nothing to be dropped whole."""
+        for stmt in body:
+            if not _is_compound(stmt) or id(stmt) in self.removed:
+                continue
+            for inner in _bodies(stmt):
+                self._clauses(inner)
+                if not all(id(s) in self.removed for s in inner):
+                    continue
+                if _is_elif(self.cur, stmt, inner):
+                    self.dropped[id(inner)] = None
+                    continue
+                header = _clause_header(self.cur, stmt, inner)
+                if header is not None and header in self.eligible:
+                    self.dropped[id(inner)] = header
 
     def _walk(self, body: list[ast.stmt], imports: list) -> None:
         for stmt in body:
@@ -463,6 +561,12 @@ class _Stripper:
             else:
                 chains.append([stmt])
         empty = not module and all(self._is_removed(s) for s in body)
+        if id(body) in self.dropped:
+            empty = False
+            header = self.dropped[id(body)]
+            if header is not None:
+                for u in range(header, cur.unit_of_line[body[0].lineno]):
+                    self.texts[u] = ""
         for n, chain in enumerate(chains):
             for stmt in chain:
                 if _is_compound(stmt) and not self._is_removed(stmt):
@@ -516,35 +620,100 @@ class _Stripper:
         return self.texts.get(u, self.cur.units[u].text)
 
     def trivia(self) -> None:
+        """Drop the blank/comment lines that came with removed statements.
+
+        Code lines that match ``expected`` (or are 1:1 edits of it) anchor the alignment;
+        between two anchors where something was removed, the blank/comment lines are made
+        those of ``expected`` when that is possible by dropping lines (dropped comments must
+        touch a removed statement); otherwise only runs of added ones touching a removed
+        statement go.
+        """
         if self.exp is None:
             return
         deleted = {u for u, t in self.texts.items() if t == ""}
         if not deleted:
             return
+        cur, exp = self.cur, self.exp
         live = self._live()
-        b = [self._text(u) for u in live]
-        a = [u.text for u in self.exp.units]
-        for tag, _, _, j1, j2 in _matcher(a, b).get_opcodes():
-            if tag != "insert":
+        live_code = [u for u in live if not cur.units[u].trivia]
+        exp_code = [i for i, u in enumerate(exp.units) if not u.trivia]
+        sm = _matcher([exp.units[i].text for i in exp_code], [self._text(u) for u in live_code])
+        anchors = [(-1, -1)]
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            if tag == "equal" or (tag == "replace" and i2 - i1 == j2 - j1):
+                anchors.extend((exp_code[i1 + k], live_code[j1 + k]) for k in range(i2 - i1))
+        anchors.append((len(exp.units), len(cur.units)))
+        live_set = set(live)
+        for (ea, ca), (eb, cb) in zip(anchors, anchors[1:]):
+            if not any(u in deleted for u in range(ca + 1, cb)):
+                continue
+            gap_exp = list(range(ea + 1, eb))
+            gap_cur = [u for u in range(ca + 1, cb) if u in live_set]
+            if all(exp.units[i].trivia for i in gap_exp) and all(
+                    cur.units[u].trivia for u in gap_cur) and self._gap_exact(gap_exp, gap_cur,
+                                                                              deleted):
+                continue
+            self._gap_runs(gap_exp, gap_cur, ca, cb, deleted)
+
+    def _gap_exact(self, gap_exp: list[int], gap_cur: list[int], deleted: set[int]) -> bool:
+        """Make a blank/comment-only gap read as in ``expected`` by dropping lines."""
+        want = [self.exp.units[i].text for i in gap_exp]
+        drop = []
+        k = 0
+        for u in gap_cur:
+            if k < len(want) and self._text(u) == want[k]:
+                k += 1
+            else:
+                drop.append(u)
+        if k < len(want):
+            return False  # the upstream blank/comment lines were edited: not ours to decide
+        # A dropped comment must touch a removed statement (directly or through other
+        # dropped comments); a blank line may go anywhere in the gap.
+        comments = {u for u in drop if self.cur.units[u].text.strip()}
+        attached = set(deleted)
+        grew = True
+        while grew:
+            grew = False
+            for u in comments - attached:
+                if u - 1 in attached or u + 1 in attached:
+                    attached.add(u)
+                    grew = True
+        for u in drop:
+            if u not in comments or u in attached:
+                self.texts[u] = ""
+        return True
+
+    def _gap_runs(self, gap_exp: list[int], gap_cur: list[int], left: int, right: int,
+                  deleted: set[int]) -> None:
+        """Drop runs of added blank/comment lines that touch a removed statement."""
+        cur, exp = self.cur, self.exp
+        a = [exp.units[i].text for i in gap_exp]
+        b = [self._text(u) for u in gap_cur]
+        for tag, i1, i2, j1, j2 in _matcher(a, b).get_opcodes():
+            # In a changed hunk, blank/comment lines may be edits of upstream ones: only when
+            # the upstream side has none are they taken for additions.
+            if tag == "equal" or (tag == "replace" and any(exp.units[i].trivia
+                                                           for i in gap_exp[i1:i2])):
                 continue
             j = j1
             while j < j2:  # maximal runs of blank/comment lines
-                if not self.cur.units[live[j]].trivia:
+                if not cur.units[gap_cur[j]].trivia:
                     j += 1
                     continue
                 k = j
-                while k < j2 and self.cur.units[live[k]].trivia:
+                while k < j2 and cur.units[gap_cur[k]].trivia:
                     k += 1
-                self._drop_run(live, b, j, k, deleted)
+                self._drop_run(gap_cur, b, j, k, left, right, deleted)
                 j = k
 
-    def _drop_run(self, live: list[int], b: list[str], j: int, k: int, deleted: set[int]) -> None:
-        n = len(live)
+    def _drop_run(self, units: list[int], b: list[str], j: int, k: int, left: int, right: int,
+                  deleted: set[int]) -> None:
+        n = len(units)
         length = k - j
 
         def touches(p: int) -> bool:
-            lo = live[p - 1] + 1 if p > 0 else 0
-            hi = live[p + length] - 1 if p + length < n else len(self.cur.units) - 1
+            lo = units[p - 1] + 1 if p > 0 else left + 1
+            hi = units[p + length] - 1 if p + length < n else right - 1
             return any(u in deleted for u in range(lo, hi + 1))
 
         # The run may slide over identical lines; any position gives the same text.
@@ -559,7 +728,7 @@ class _Stripper:
             positions.append(p)
         for p in positions:
             if touches(p):
-                for u in live[p:p + length]:
+                for u in units[p:p + length]:
                     self.texts[u] = ""
                 return
 
