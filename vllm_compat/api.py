@@ -253,8 +253,6 @@ def _apply(plan: _Plan, dry_run: bool, allow_unsupported: bool) -> ApplyResult:
             f.state in (APPLIED, "pristine") for f in report.files) and all(
             p.state in (APPLIED, NOT_APPLICABLE, OBSOLETE) for p in report.patches)):
         return ApplyResult(report, (), nothing_to_do=True)
-    from .transform import TransformError, transform_file  # noqa: PLC0415 - libcst
-
     applicable = [d.patch for d in plan.decisions if d.status == "applicable"]
     writes: dict[str, bytes | None] = {}
     backups: dict[str, bytes] = {}
@@ -269,11 +267,7 @@ def _apply(plan: _Plan, dry_run: bool, allow_unsupported: bool) -> ApplyResult:
         else:
             pristine = _pristine(plan, rel, fs)
             if fs.patches:
-                try:
-                    text = transform_file(rel, pristine.decode("utf-8"), [p for p in applicable if p.id in fs.patches])
-                except TransformError as exc:
-                    raise CommandError(str(exc), Exit.TARGET) from exc
-                data = text.encode("utf-8")
+                data = _transformed(rel, pristine, [p for p in applicable if p.id in fs.patches])
                 new_files[rel] = FileRecord(_owner(plan.catalog, rel, plan.manifest), sha256_bytes(pristine), sha256_bytes(data), list(fs.patches))
             else:
                 data = pristine  # no patch wants this file any more: back to pristine
@@ -376,10 +370,18 @@ def expected_content(target: Target, rel: str) -> bytes:
     pristine = _pristine(plan, rel, fs)
     if not fs.patches:
         return pristine
-    from .transform import transform_file  # noqa: PLC0415
-
     applicable = [d.patch for d in plan.decisions if d.status == "applicable" and d.patch.id in fs.patches]
-    return transform_file(rel, pristine.decode("utf-8"), applicable).encode("utf-8")
+    return _transformed(rel, pristine, applicable)
+
+
+def _transformed(rel: str, pristine: bytes, patches: list) -> bytes:
+    """``rel``'s pristine bytes with ``patches`` (in catalog order) applied."""
+    from .transform import TransformError, transform_file  # noqa: PLC0415 - libcst
+
+    try:
+        return transform_file(rel, pristine.decode("utf-8"), patches).encode("utf-8")
+    except TransformError as exc:
+        raise CommandError(str(exc), Exit.TARGET) from exc
 
 
 __all__ += ["CommandError", "TargetError", "expected_content"]

@@ -46,21 +46,24 @@ def _stmt_nodes(code: str) -> list[cst.BaseStatement]:
 class _Ctx:
     module: cst.Module
     scope: tuple[str, ...]
-    _cache: dict[int, str]
+    # id(node) -> (node, dump); holding the node keeps its id from being reused by a new node.
+    _cache: dict[int, tuple[cst.CSTNode, str]]
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
     def stmt_dump(self, node: cst.CSTNode) -> str:
-        key = id(node)
-        if key not in self._cache:
-            # Leading comments are not code: drop them so "# note\nx = 1" matches "x = 1".
-            bare = node.with_changes(leading_lines=()) if hasattr(node, "leading_lines") else node
-            try:
-                self._cache[key] = _dump_stmts(self.code(bare))
-            except SyntaxError:  # e.g. a bare `return`/`yield` fragment never matches
-                self._cache[key] = ""
-        return self._cache[key]
+        hit = self._cache.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        # Leading comments are not code: drop them so "# note\nx = 1" matches "x = 1".
+        bare = node.with_changes(leading_lines=()) if hasattr(node, "leading_lines") else node
+        try:
+            dump = _dump_stmts(self.code(bare))
+        except SyntaxError:  # e.g. a bare `return`/`yield` fragment never matches
+            dump = ""
+        self._cache[id(node)] = (node, dump)
+        return dump
 
 
 class _ScopedTransformer(cst.CSTTransformer):
