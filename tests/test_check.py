@@ -532,6 +532,19 @@ METHOD_TREE = {
         class Output:
             def total(self): pass
     """,
+    "vllm/config.py": """
+        from dataclasses import dataclass
+        from vllm.output import Output
+        @dataclass
+        class CacheConfig:
+            block_size: int = 16
+            def resolved_layout(self): pass
+        @dataclass
+        class VllmConfig:
+            cache_config: CacheConfig = None
+            maybe: "CacheConfig | None" = None
+            count: int = 0
+    """,
     "vllm/dyn.py": """
         class Dynamic:
             def __getattr__(self, name): return 1
@@ -587,12 +600,12 @@ def test_methods_on_local_variables_and_annotations(tmp_path):
             out.total()
             out.missing()
             e.schedule_str().missing_too()
-            e.schedule_opt().unknown_type_is_fine()
+            e.schedule_opt().missing_on_optional()
             make_executor(cfg).gone()
     """)
     assert kinds(r) == [(7, "missing-attribute"), (8, "missing-attribute"),
                         (11, "missing-attribute"), (12, "missing-attribute"),
-                        (14, "missing-attribute")], r.findings
+                        (13, "missing-attribute"), (14, "missing-attribute")], r.findings
 
 
 def test_reassigned_or_shadowed_names_are_not_typed(tmp_path):
@@ -759,3 +772,25 @@ def test_a_changed_vllm_tree_is_not_judged_from_the_cache(tmp_path):
     (root / "vllm" / "a.py").unlink()
     r = check_sources(src, root)
     assert kinds(r) == [(1, "unresolved-import")]
+
+
+def test_methods_through_field_annotations_and_local_return_annotations(tmp_path):
+    root = make_tree(tmp_path, METHOD_TREE)
+    r = mcheck(root, """
+        from vllm.config import VllmConfig
+        class Gen:
+            def __init__(self):
+                self.vllm_config = self._make()
+                self.vllm_config.cache_config.resolved_layout()
+                self.vllm_config.cache_config.gone_layout()
+                self.vllm_config.maybe.gone_too()
+                self.vllm_config.count.bit_length()
+                build().cache_config.resolved_layout(1)
+            def _make(self) -> VllmConfig:
+                return VllmConfig()
+        def build() -> "VllmConfig":
+            return VllmConfig()
+    """)
+    assert kinds(r) == [(9, "missing-attribute"), (10, "missing-attribute"),
+                        (12, "bad-call")], r.findings
+    assert "CacheConfig has no attribute 'gone_layout'" in messages(r)

@@ -85,7 +85,6 @@ _TRIVIAL_BASES = {
 _STRUCT_BASES = {"msgspec.Struct"}
 _BASEMODEL_BASES = {"pydantic.BaseModel", "pydantic.main.BaseModel"}
 _NAMEDTUPLE_BASES = {"typing.NamedTuple", "typing_extensions.NamedTuple"}
-_FIELD_FUNCS = {"field", "Field", "msgspec.field", "dataclasses.field", "pydantic.Field"}
 _IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 
 
@@ -460,7 +459,8 @@ class _Index:
     def bases(self, cls: _Class) -> list[_Obj]:
         out: list[_Obj] = []
         for b in cls.node.bases:
-            found = self.eval_in_module(cls.module, b)
+            found = [f for f in self.eval_in_module(cls.module, b)
+                     if not (isinstance(f, _Class) and f.node is cls.node)]  # class X(X)
             if len(found) == 1:
                 out.append(found[0])
             elif not found:
@@ -516,10 +516,29 @@ class _Index:
                 unknowable = True
         return _Opaque("unknowable") if unknowable else None
 
+    def field_type(self, cls: _Class, attr: str) -> list[_Obj] | None:
+        """The vLLM class a class-level annotation ``attr: SomeConfig`` declares, as instances
+        (``VllmConfig.cache_config`` -> ``CacheConfig``); None when unknown."""
+        for c in self.mro(cls):
+            if not isinstance(c, _Class):
+                continue
+            for st in _iter_body(c.node.body):
+                if (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                        and st.target.id == attr):
+                    ann = _unwrap_optional(st.annotation)
+                    if ann is None or not _plain_annotation(ann):
+                        return None
+                    found = self.eval_in_module(c.module, ann)
+                    if found and all(isinstance(x, _Class) and _is_vllm(x.module.name)
+                                     for x in found):
+                        return [_Instance(x) for x in found]  # type: ignore[arg-type]
+                    return None
+        return None
+
     def init_signature(self, cls: _Class) -> "_Sig | None":
         """The signature ``cls(...)`` binds to, or None when it cannot be known."""
         mro = self.mro(cls)
-        for i, c in enumerate(mro):
+        for c in mro:
             if isinstance(c, _Class):
                 if _class_body_member(c, "__new__") and not _is_dataclass_like(c):
                     return None
@@ -529,18 +548,16 @@ class _Index:
                 if init:
                     return None
                 if _is_dataclass_like(c):
-                    return self._fields_signature(cls, mro, "dataclass", c)
-                if _class_body_member(c, "__call__") and _has_metaclass(c):
-                    return None
+                    return self._fields_signature(cls, mro, "dataclass")
                 if _has_metaclass(c):
                     return None
             elif isinstance(c, _External):
                 if c.qualname in _STRUCT_BASES:
-                    return self._fields_signature(cls, mro, "struct", None)
+                    return self._fields_signature(cls, mro, "struct")
                 if c.qualname in _BASEMODEL_BASES:
-                    return self._fields_signature(cls, mro, "basemodel", None)
+                    return self._fields_signature(cls, mro, "basemodel")
                 if c.qualname in _NAMEDTUPLE_BASES:
-                    return self._fields_signature(cls, mro, "namedtuple", None)
+                    return self._fields_signature(cls, mro, "namedtuple")
                 if c.qualname in _TRIVIAL_BASES:
                     continue
                 return None
@@ -549,8 +566,7 @@ class _Index:
         where = f"{cls.module.rel}:{cls.node.lineno}"
         return _Sig([], f"{cls.name}(...)", where, note="no __init__")
 
-    def _fields_signature(self, cls: _Class, mro: list[_Obj], style: str,
-                          first: _Class | None) -> "_Sig":
+    def _fields_signature(self, cls: _Class, mro: list[_Obj], style: str) -> "_Sig":
         params: dict[str, _Param] = {}
         kw_only_all = style == "basemodel"
         var_kw = False
@@ -951,6 +967,8 @@ class _FileChecker:
                 self.parents[id(child)] = node
         module_scope = _Scope(tree, None, None)
         self.scopes[id(tree)] = module_scope
+        self.tree = tree
+        self.module_scope = module_scope
         self._build_scopes(tree.body, module_scope, None)
         # imports, scope by scope (module first so functions see module names)
         for scope in list(self.scopes.values()):
@@ -1216,12 +1234,26 @@ class _FileChecker:
         elif isinstance(tgt, ast.Starred):
             self._note_target(tgt.value, None, scope, assigned, note, class_attr)
 
-    def _annotation_type(self, ann: ast.expr, scope: _Scope) -> list[_Obj] | None:
-        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
-            try:
-                ann = ast.parse(ann.value, mode="eval").body
-            except SyntaxError:
-                return None
+    def _local_def(self, func: ast.expr, scope: _Scope
+                   ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The checked file's own function or method that ``func`` names, if any."""
+        if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                and scope.cls is not None and scope.self_name
+                and func.value.id == scope.self_name):
+            for st in scope.cls.body:
+                if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        st.name == func.attr):
+                    return st
+            return None
+        if isinstance(func, ast.Name) and scope.lookup(func.id) is None:
+            for st in self.tree.body:
+                if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                        st.name == func.id):
+                    return st
+        return None
+
+    def _annotation_type(self, ann: ast.expr | None, scope: _Scope) -> list[_Obj] | None:
+        ann = _unwrap_optional(ann)
         if not isinstance(ann, (ast.Name, ast.Attribute)):
             return None
         objs = self._resolve(ann, scope)
@@ -1232,6 +1264,11 @@ class _FileChecker:
     def _infer(self, expr: ast.expr, scope: _Scope) -> list[_Obj] | None:
         """The vLLM instance types ``expr`` evaluates to, or None when unknown."""
         if isinstance(expr, ast.Call):
+            local = self._local_def(expr.func, scope)
+            if local is not None:
+                if local.returns is None:
+                    return None
+                return self._annotation_type(local.returns, self.module_scope)
             callees = self._resolve(expr.func, scope)
             if not callees:
                 return None
@@ -1243,7 +1280,7 @@ class _FileChecker:
                     out.append(_Instance(c))
                 elif isinstance(c, (_Func, _BoundMethod)):
                     f = c.func if isinstance(c, _BoundMethod) else c
-                    ret = f.node.returns
+                    ret = _unwrap_optional(f.node.returns)
                     if ret is None or not _plain_annotation(ret):
                         return None
                     r = self.index.eval_in_module(f.module, ret)
@@ -1320,6 +1357,8 @@ class _FileChecker:
                 return None
             if isinstance(m, _Func):
                 return [_BoundMethod(m, cls, isinstance(base, _Instance))]  # type: ignore
+            if isinstance(base, _Instance):
+                return idx.field_type(cls, attr)
             return None
         return None
 
@@ -1443,6 +1482,22 @@ def _prefer_implementation(objs: list[_Obj]) -> list[_Obj]:
         if impl:
             return [o for o in objs if not isinstance(o, _Func)] + impl
     return objs
+
+
+def _unwrap_optional(ann: ast.expr | None) -> ast.expr | None:
+    """``X | None``, ``Optional[X]`` and ``"X"`` -> ``X``; other annotations unchanged."""
+    if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+        try:
+            ann = ast.parse(ann.value, mode="eval").body
+        except SyntaxError:
+            return None
+    if isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+        sides = [x for x in (ann.left, ann.right)
+                 if not (isinstance(x, ast.Constant) and x.value is None)]
+        return _unwrap_optional(sides[0]) if len(sides) == 1 else ann
+    if isinstance(ann, ast.Subscript) and _annotation_head(ann.value) == "Optional":
+        return _unwrap_optional(ann.slice)
+    return ann
 
 
 def _plain_annotation(ann: ast.expr) -> bool:
