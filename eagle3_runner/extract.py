@@ -195,8 +195,8 @@ def extract(opts: ExtractOptions) -> ExtractResult:
         gpu_memory_utilization=opts.gpu_memory_utilization or _default_memory_share(),
         site_packages=str(patch_state.site) if patch_state else opts.site_packages,
     )
-    started = time.monotonic()
     with backend_cls(options) as backend:
+        started = time.monotonic()  # rates exclude the engine start
         write_json(out / DATA_CONFIG, data_config | {
             "dtype": backend.ran_dtype,
             "max_model_len": max_len,

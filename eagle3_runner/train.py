@@ -315,6 +315,25 @@ def _cpu_trainer(base: type, apply_fully_sharded: Any) -> type:
     return CpuTrainer
 
 
+def load_draft(checkpoint: Path) -> Any:
+    """A saved draft as speculators' ``Eagle3DraftModel`` (config through speculators' config
+    class, ``d2t``/``t2d`` from the checkpoint; the verifier's embeddings and lm_head are read
+    from the verifier the config names, as speculators' checkpointer does)."""
+    from safetensors.torch import load_file
+
+    sp = _import_speculators()
+    config = sp["Eagle3SpeculatorConfig"].from_pretrained(str(checkpoint))
+    state = load_file(str(Path(checkpoint) / "model.safetensors"))
+    if "d2t" not in state or "t2d" not in state:
+        raise BadInput(f"{checkpoint} has no d2t/t2d")
+    model = sp["Eagle3DraftModel"](config=config, t2d=state["t2d"].bool(), d2t=state["d2t"].long())
+    floats = {k: v.to(model.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(floats, strict=False)
+    if unexpected or set(missing) - {"verifier_lm_head.weight", "embed_tokens.weight"}:
+        raise BadInput(f"{checkpoint}: unexpected keys {unexpected}, missing {missing}")
+    return model
+
+
 def read_losses(output: Path) -> list[float]:
     path = Path(output) / LOSS_LOG
     if not path.is_file():

@@ -81,7 +81,10 @@ class SpeculatorsVllmBackend(Backend):
         if options.dtype != "auto" and "dtype" in inspect.signature(cls.__init__).parameters:
             kwargs["dtype"] = options.dtype
         logger.info("starting speculators' vLLM hidden-states generator for %s", options.model)
-        self.generator = cls(**kwargs)
+        try:
+            self.generator = cls(**kwargs)
+        except (ValueError, RuntimeError, TypeError, OSError) as exc:
+            raise EnvironmentProblem(f"speculators' vLLM generator did not start: {type(exc).__name__}: {exc}") from exc
 
     @property
     def ran_dtype(self) -> str:
