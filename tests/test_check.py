@@ -794,3 +794,35 @@ def test_methods_through_field_annotations_and_local_return_annotations(tmp_path
     assert kinds(r) == [(9, "missing-attribute"), (10, "missing-attribute"),
                         (12, "bad-call")], r.findings
     assert "CacheConfig has no attribute 'gone_layout'" in messages(r)
+
+
+@pytest.mark.parametrize("src,ok", [
+    # if/else alternatives: one branch resolving is enough
+    ("import sys\nif sys.version_info >= (3, 99):\n    from vllm.old_home import plan\n"
+     "else:\n    from vllm.new_home import plan\n", True),
+    # no else: the import stands alone
+    ("import sys\nif sys.version_info >= (3, 99):\n    from vllm.old_home import plan\n", False),
+    # type-checking-only imports are not executed
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vllm.gone import plan\n",
+     True),
+])
+def test_conditional_imports(tmp_path, src, ok):
+    root = make_tree(tmp_path, FALLBACK_TREE)
+    r = check(root, src)
+    assert r.ok is ok, r.findings
+
+
+def test_names_assigned_two_types_are_not_typed(tmp_path):
+    root = make_tree(tmp_path, {**METHOD_TREE, "vllm/other.py": "class Other:\n    pass\n"})
+    r = mcheck(root, """
+        from vllm.other import Other
+        class Gen:
+            def __init__(self, cfg):
+                self.x = MultiprocExecutor(cfg)
+            def reset(self):
+                self.x = Other()
+            def run(self):
+                self.x.sample_tokens(None)
+                self.x.not_on_either()
+    """)
+    assert r.ok, r.findings
