@@ -113,9 +113,11 @@ class HiddenStatesCapture:
     def install(cls, worker: Any, layer_ids: list[int]) -> "HiddenStatesCapture":
         """Install on ``worker`` (replacing an earlier installation) and return it."""
         previous = getattr(worker, "_vllm_compat_capture", None)
-        if isinstance(previous, HiddenStatesCapture):
+        if previous is not None and hasattr(previous, "close"):
             previous.close()
-        return cls(worker, layer_ids)
+        capture = cls(worker, layer_ids)
+        worker._vllm_compat_capture = capture
+        return capture
 
     def close(self) -> None:
         """Remove the hooks and restore the worker's ``execute_model``."""
