@@ -210,7 +210,14 @@ def _fast_verify(target: Target) -> Report | None:
 
 def verify(target: Target) -> Report:
     """Exit code 0 only when every applicable patch is applied and every managed file matches."""
-    return _fast_verify(target) or _plan(target).report
+    fast = _fast_verify(target)
+    if fast is not None:
+        return fast
+    plan = _plan(target)
+    missing = sorted({p.target for p in plan.catalog.patches} - {k for k, d in plan.dists.items() if d})
+    if missing and plan.manifest is None:  # nothing patched and nothing to patch: not "ok"
+        raise CommandError(f"{', '.join(missing)} is not installed in {target.site}: nothing to verify", Exit.ENV)
+    return plan.report
 
 
 # -- apply ---------------------------------------------------------------------------------

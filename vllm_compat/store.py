@@ -125,16 +125,33 @@ class Store:
         """Exclusive lock for a writing command; concurrent runs wait instead of interleaving."""
         if not os.access(self.target.site, os.W_OK):
             raise TargetError(f"site-packages is not writable: {self.target.site}")
-        try:
-            self.dir.mkdir(exist_ok=True)
-            fh = open(self.dir / "lock", "a+")
-        except OSError as exc:
-            raise TargetError(f"cannot create {self.dir}: {exc}") from exc
-        with fh:
+        lock = self.dir / "lock"
+        while True:
+            try:
+                self.dir.mkdir(exist_ok=True)
+                fh = open(lock, "a+")
+            except OSError as exc:
+                raise TargetError(f"cannot create {self.dir}: {exc}") from exc
             fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                held, now = os.fstat(fh.fileno()), os.stat(lock)
+                if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+                    break
+            except FileNotFoundError:
+                pass
+            fh.close()  # the previous holder removed the state folder: lock the new one
+        with fh:
             try:
                 yield
             finally:
+                # Leave no trace when nothing but our lock is left (revert, or a refused run
+                # on a site never patched); removed while held, so waiters retry above.
+                try:
+                    if os.listdir(self.dir) == ["lock"]:
+                        lock.unlink()
+                        self.dir.rmdir()
+                except OSError:
+                    pass
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def commit(self, writes: dict[str, bytes | None], backups: dict[str, bytes],
@@ -175,8 +192,15 @@ class Store:
             atomic_write(self.dir / "manifest.json", (staging / "manifest.json").read_bytes())
             (self.dir / "journal.json").unlink()
             shutil.rmtree(staging, ignore_errors=True)
-        else:  # revert: no state remains
-            shutil.rmtree(self.dir)
+        else:  # revert: no state remains; the journal goes last, the lock with the lock
+            for name in os.listdir(self.dir):
+                if name not in ("journal.json", "lock"):
+                    child = self.dir / name
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+            (self.dir / "journal.json").unlink()
 
     def recover(self) -> bool:
         """Finish a run that was killed after its commit point; drop one killed before it."""

@@ -1,0 +1,107 @@
+"""Two writers at once serialize on the lock; ``verify``/``status`` stay import-light."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import enginekit as kit
+from enginekit import STATE, cli, show
+
+
+def _runs(trace: Path) -> list[tuple[int, list[str]]]:
+    """The trace as consecutive runs of one process: [(pid, [ops...]), ...]."""
+    runs: list[tuple[int, list[str]]] = []
+    for line in trace.read_text().splitlines():
+        pid, op, path, _ = line.split(" ")
+        if runs and runs[-1][0] == int(pid):
+            runs[-1][1].append(f"{op} {path}")
+        else:
+            runs.append((int(pid), [f"{op} {path}"]))
+    return runs
+
+
+def _start(site: Path, trace: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(kit.CRASHRUN), args[0], "--site-packages", str(site), *args[1:]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(kit.REPO),
+        env=kit.env(VLLM_COMPAT_TRACE=str(trace), VLLM_COMPAT_SLOW="0.02"))
+
+
+def test_two_applies_at_once_serialize(site: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    procs = [_start(site, trace, "apply") for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}"
+    runs = _runs(trace)
+    pids = [pid for pid, _ in runs]
+    assert len(pids) == len(set(pids)), "the two applies interleaved their writes:\n" + "\n".join(
+        f"{pid}: {ops[0]} ... ({len(ops)} ops)" for pid, ops in runs)
+    # exactly one of them patched; the other waited and found nothing to do
+    said = sorted("nothing to do" in out for out, _ in outs)
+    assert said == [False, True], outs
+    journals = [op for _, ops in runs for op in ops if op.startswith("atomic_write") and op.endswith("journal.json")]
+    assert len(journals) == 1, journals
+    ver = cli(site, "verify")
+    assert ver.returncode == 0, show(ver)
+    assert not (site / STATE / "journal.json").exists()
+
+
+def test_revert_racing_apply_serialize(site: Path, tmp_path: Path) -> None:
+    """revert removes the state folder (and its lock file) while others wait on that lock."""
+    assert cli(site, "apply").returncode == 0
+    trace = tmp_path / "trace"
+    procs = [_start(site, trace, "revert"), _start(site, trace, "apply"), _start(site, trace, "apply")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}"
+    runs = _runs(trace)
+    pids = [pid for pid, _ in runs]
+    assert len(pids) == len(set(pids)), "writers interleaved:\n" + "\n".join(
+        f"{pid}: {ops[0]} ... ({len(ops)} ops)" for pid, ops in runs)
+    ver = cli(site, "verify")
+    assert ver.returncode in (0, 10), show(ver)
+
+
+def _imported(stderr: str) -> set[str]:
+    mods = set()
+    for line in stderr.splitlines():
+        m = re.match(r"import time:\s+\d+\s+\|\s+\d+\s+\|\s+(\S+)", line)
+        if m:
+            mods.add(m.group(1).strip())
+    return mods
+
+
+def _heavy(mods: set[str], names: tuple[str, ...]) -> set[str]:
+    return {m for m in mods if any(m == n or m.startswith(n + ".") for n in names)}
+
+
+def test_verify_fast_path_imports_nothing_heavy(site: Path) -> None:
+    assert cli(site, "apply").returncode == 0
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "vllm_compat", "verify", "--site-packages", str(site)],
+                         capture_output=True, text=True, cwd=str(kit.REPO), env=kit.env())
+    assert res.returncode == 0, show(res)
+    mods = _imported(res.stderr)
+    assert "vllm_compat.fast" in mods, sorted(mods)  # the trace is real
+    bad = _heavy(mods, ("libcst", "importlib.metadata", "packaging", "torch", "vllm", "speculators"))
+    assert not bad, f"verify imported {sorted(bad)}"
+
+
+def test_status_imports_no_libcst(site: Path) -> None:
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "vllm_compat", "status", "--site-packages", str(site)],
+                         capture_output=True, text=True, cwd=str(kit.REPO), env=kit.env())
+    assert res.returncode == 10, show(res)
+    mods = _imported(res.stderr)
+    assert "vllm_compat.catalog" in mods, sorted(mods)
+    bad = _heavy(mods, ("libcst", "torch", "vllm", "speculators"))
+    assert not bad, f"status imported {sorted(bad)}"
+    # and on a patched site too (the slow path of status)
+    assert cli(site, "apply").returncode == 0
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "vllm_compat", "status", "--site-packages", str(site)],
+                         capture_output=True, text=True, cwd=str(kit.REPO), env=kit.env())
+    assert res.returncode == 0, show(res)
+    bad = _heavy(_imported(res.stderr), ("libcst", "torch", "vllm", "speculators"))
+    assert not bad, f"status imported {sorted(bad)}"
