@@ -24,7 +24,10 @@ runner's own layout of that step (Model Runner V2: the step's ``InputBatch.req_i
 ``query_start_loc_np``; V1 runner: ``input_batch.req_ids`` with the scheduled token counts).
 Hooks record only inside a real ``execute_model`` step (never in profiling or warm-up runs).
 ``_get_captured_states`` returns ``{request id: [CPU tensor per layer id]}`` in the order of the
-requested layer ids (upstream: ascending unique ids; identical for the defaults).
+requested layer ids (upstream: ascending unique ids; identical for the defaults).  The
+generator fetches it with the executor's own ``collective_rpc`` (``MultiprocExecutor``:
+pickled through its shared-memory queue), which keeps tensors nested in a dict intact;
+``LLM.collective_rpc``'s msgpack hop would turn them into placeholders.
 
 Capture convention (a deliberate correction, see also ``speculators.capture_convention``): for
 layer id ``i`` the residual stream ENTERING decoder layer ``i`` (``hidden_states + residual`` as

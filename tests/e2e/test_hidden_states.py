@@ -80,3 +80,14 @@ def test_same_batch_twice_is_identical(run):
         assert torch.equal(x["input_ids"], y["input_ids"])
         for hx, hy in zip(x["hidden_states"], y["hidden_states"]):
             torch.testing.assert_close(hx, hy, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_tolerance_detects_a_one_layer_shift(tiny_models, model):
+    """The comparison is sharp enough to catch upstream's capture (one layer later)."""
+    _, prompts = cases("0.4.0")
+    ids = list(range(0, 4))
+    ref = hf_reference(tiny_models[model], prompts["ragged3"], ids)
+    for per_layer in ref:
+        for a, b in zip(per_layer, per_layer[1:]):
+            assert float((a - b).norm() / b.norm()) > 10 * TOLERANCE[model]
