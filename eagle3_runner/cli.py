@@ -155,7 +155,9 @@ def _cmd_train(a: argparse.Namespace) -> int:
         _print_losses(a.output / "0", read_losses(a.output))
         return ExitCode.OK
     r = train(opts)
-    if int(os.environ.get("RANK", "0")) == 0:
+    from .launch import LAUNCHED
+
+    if int(os.environ.get("RANK", "0")) == 0 and LAUNCHED not in os.environ:
         _print_losses(r.checkpoint, r.losses)
     return ExitCode.OK
 

@@ -54,11 +54,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .atomic import TMP_MARK, clean_temporaries
+from .formats import existing_sample_ok, sample_path, sample_problems
+
 logger = logging.getLogger(__name__)
 
 EXTENSION = "eagle3_runner.fast_capture.CaptureWorkerExtension"
 EXTRA_KEY = "eagle3_fast_capture"
-FILE_PATTERN = "data_{}.pt"
 
 __all__ = [
     "EXTENSION",
@@ -66,6 +68,8 @@ __all__ = [
     "extract_fast",
     "sample_path",
     "valid_sample_file",
+    "run_fast",
+    "make_llm",
     "write_sample_atomic",
 ]
 
@@ -73,10 +77,6 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------
 # files
 # ----------------------------------------------------------------------------------------------
-def sample_path(out_dir: str | os.PathLike, index: int) -> Path:
-    return Path(out_dir) / FILE_PATTERN.format(int(index))
-
-
 def _pwrite_all(fd: int, mv: memoryview, offset: int) -> None:
     done = 0
     total = len(mv)
@@ -112,7 +112,8 @@ def write_sample_atomic(path: str | os.PathLike, sample: dict, mode: str = "raw"
     import torch
 
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    # Same temporary naming as eagle3_runner.atomic, so clean_temporaries() removes leftovers.
+    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}")
     tensors = [sample["input_ids"], *sample["hidden_states"], sample["loss_mask"]]
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
     try:
@@ -163,47 +164,9 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def validate_sample(sample: dict, num_layers: int | None = None, hidden_size: int | None = None) -> str | None:
-    """None if ``sample`` is a well-formed speculators sample, else the reason."""
-    import torch
-
-    try:
-        ids, hs, lm = sample["input_ids"], sample["hidden_states"], sample["loss_mask"]
-    except (KeyError, TypeError):
-        return "missing keys"
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype != torch.long:
-        return "input_ids is not a 1-D LongTensor"
-    if not isinstance(lm, torch.Tensor) or lm.shape != ids.shape or lm.dtype != torch.long:
-        return "loss_mask does not match input_ids"
-    if not isinstance(hs, list) or not hs or (num_layers is not None and len(hs) != num_layers):
-        return "hidden_states is not a list of the expected length"
-    for h in hs:
-        if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[0] != ids.shape[0]:
-            return "hidden_states rows do not match input_ids"
-        if hidden_size is not None and h.shape[1] != hidden_size:
-            return "hidden size mismatch"
-    return None
-
-
-def valid_sample_file(path: str | os.PathLike, input_ids: Sequence[int] | None = None,
-                      num_layers: int | None = None) -> bool:
-    """True if ``path`` holds a loadable, well-formed sample (for ``input_ids`` if given)."""
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        return False
-    try:
-        sample = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # noqa: BLE001
-        return False
-    if validate_sample(sample, num_layers) is not None:
-        return False
-    if input_ids is not None:
-        ids = sample["input_ids"]
-        if ids.numel() != len(input_ids) or not torch.equal(ids, torch.as_tensor(list(input_ids), dtype=torch.long)):
-            return False
-    return True
+def valid_sample_file(path: str | os.PathLike, input_ids: Sequence[int], num_layers: int, hidden_size: int) -> bool:
+    """True if ``path`` holds a loadable sample of this shape for ``input_ids`` (resume check)."""
+    return existing_sample_ok(Path(path), num_layers=num_layers, hidden_size=hidden_size, input_ids=list(input_ids))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -269,7 +232,7 @@ class _Capture:
         self.handles: list[Any] = []
         self._sigs: dict[int, inspect.Signature] = {}
         self.dtype = None
-        self.hidden_size = None
+        self.hidden_size = int(worker.vllm_config.model_config.get_hidden_size())
         # stats
         self.lock = threading.Condition()
         self.pending_bytes = 0
@@ -455,7 +418,7 @@ class _Capture:
         job.ids = torch.full((T,), -1, dtype=torch.long, pin_memory=pin)
         job.pos = torch.full((T,), -1, dtype=torch.long, pin_memory=pin)
         job.ok = torch.zeros((T,), dtype=torch.bool, pin_memory=pin)
-        self.dtype, self.hidden_size = like.dtype, H
+        self.dtype = like.dtype
 
     def _dispatch(self, so: Any) -> None:
         import torch
@@ -560,7 +523,9 @@ class _Capture:
                         "hidden_states": job.host,
                         "loss_mask": torch.tensor(job.loss_mask, dtype=torch.long),
                     }
-                    why = validate_sample(sample, len(self.layer_ids))
+                    problems = sample_problems(sample, num_layers=len(self.layer_ids), hidden_size=self.hidden_size,
+                                               input_ids=job.input_ids, check_finite=False)
+                    why = "; ".join(problems) if problems else None  # finite: checked per row on the GPU
                 if why is None:
                     written = write_sample_atomic(job.path, sample, self.write_mode, self.fsync)
                 t2 = time.perf_counter()
@@ -665,7 +630,7 @@ class _nullcontext:
 class CaptureWorkerExtension:
     """Mixed into vLLM's worker class (``worker_extension_cls``); methods run via collective_rpc."""
 
-    def fc_setup(self, layer_ids: list[int], writer_threads: int = 4, write_mode: str = "raw",
+    def fc_setup(self, layer_ids: list[int], writer_threads: int = 8, write_mode: str = "raw",
                  fsync: bool = True, max_pending_bytes: int = 8 << 30) -> dict:
         from vllm.distributed import get_tp_group
 
@@ -680,6 +645,7 @@ class CaptureWorkerExtension:
         self._fc = _Capture(self, list(layer_ids), writer_threads, write_mode, fsync, max_pending_bytes)
         info["num_hidden_layers"] = self._fc.num_hidden_layers
         info["device"] = str(self._fc.device)
+        info["hidden_size"] = int(self.vllm_config.model_config.get_hidden_size())
         return info
 
     def fc_register(self, jobs: list) -> int:
@@ -737,7 +703,7 @@ def _rank0(results: Any) -> Any:
 
 def run_fast(llm: Any, samples: Iterable[tuple[int, Sequence[int], Sequence[int]]], out_dir: str | os.PathLike,
              layer_ids: Sequence[int], batch_size: int = 256, resume: bool = True,
-             writer_threads: int = 4, write_mode: str = "raw", fsync: bool = True,
+             writer_threads: int = 8, write_mode: str = "raw", fsync: bool = True,
              max_pending_bytes: int = 8 << 30, max_model_len: int | None = None) -> dict:
     """Capture ``samples`` with an ``LLM`` made by :func:`make_llm`; return a small summary."""
     from vllm import SamplingParams
@@ -750,8 +716,10 @@ def run_fast(llm: Any, samples: Iterable[tuple[int, Sequence[int], Sequence[int]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    clean_temporaries(out_dir)
     setup = _rank0(llm.collective_rpc("fc_setup", args=(list(layer_ids), writer_threads, write_mode,
                                                         fsync, max_pending_bytes)))
+    hidden = int(setup["hidden_size"])
     skipped: list[int] = []
     rejected: list[list] = []
     submitted = 0
@@ -786,7 +754,7 @@ def run_fast(llm: Any, samples: Iterable[tuple[int, Sequence[int], Sequence[int]
         if max_model_len is not None and len(ids) > max_model_len - 1:
             rejected.append([index, f"longer than max_model_len - 1 ({len(ids)} tokens)"])
             continue
-        if resume and valid_sample_file(sample_path(out_dir, index), ids, len(layer_ids)):
+        if resume and valid_sample_file(sample_path(out_dir, index), ids, len(layer_ids), hidden):
             skipped.append(index)
             continue
         batch.append((index, ids, lm))
@@ -815,7 +783,7 @@ def extract_fast(model_dir: str | os.PathLike, samples: Iterable[tuple[int, Sequ
                  out_dir: str | os.PathLike, layer_ids: Sequence[int], batch_size: int = 256,
                  max_model_len: int = 4096, tensor_parallel_size: int = 1, dtype: str = "auto",
                  gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int | None = None,
-                 resume: bool = True, writer_threads: int = 4, write_mode: str = "raw",
+                 resume: bool = True, writer_threads: int = 8, write_mode: str = "raw",
                  fsync: bool = True, **llm_kwargs: Any) -> dict:
     """Extract hidden states of ``samples`` (``(index, input_ids, loss_mask)``) into ``out_dir``.
 

@@ -13,6 +13,8 @@ from .train import TrainOptions
 
 logger = logging.getLogger(__name__)
 
+LAUNCHED = "EAGLE3_LAUNCHED_BY_TORCHRUN"
+
 
 def train_args(opts: TrainOptions) -> list[str]:
     """``eagle3 train`` arguments that reproduce ``opts``."""
@@ -33,6 +35,7 @@ def torchrun_train(opts: TrainOptions, nproc: int) -> None:
            "-m", "eagle3_runner", *train_args(opts)]
     logger.info("launching %s", " ".join(cmd))
     env = dict(os.environ)
+    env[LAUNCHED] = "1"  # the ranks leave the printing to this process
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     rc = subprocess.call(cmd, env=env)
     if rc != 0:

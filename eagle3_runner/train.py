@@ -205,7 +205,7 @@ def train(opts: TrainOptions) -> TrainResult:
         torch._dynamo.config.disable = True  # speculators decorates forward with torch.compile
     sp = _import_speculators()
     rank, world, distributed = _setup_distributed(opts.device)
-    torch.manual_seed(opts.seed + rank)
+    torch.manual_seed(opts.seed)
 
     layer_ids = _data_layer_ids(opts.data)
     if len(layer_ids) != 4:
@@ -301,15 +301,19 @@ def _cpu_trainer(base: type, apply_fully_sharded: Any) -> type:
         def setup_model(self) -> None:
             if not self.is_distributed:
                 return super().setup_model()
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
             from torch.distributed.fsdp import FSDPModule
 
+            # speculators moves the layers to "meta", shards them, and re-creates them with
+            # reset_parameters(), which leaves modules without one (the RMSNorms) as
+            # uninitialized memory.  Here every parameter gets rank 0's initial value instead.
+            full = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             apply_fully_sharded(self.model)
             for m in self.model.layers.children():
                 if isinstance(m, FSDPModule):
                     m.to_empty(device="cpu")
-                    for sub in m.modules():
-                        if hasattr(sub, "reset_parameters"):
-                            sub.reset_parameters()
+            set_model_state_dict(self.model, full, options=StateDictOptions(
+                full_state_dict=True, broadcast_from_rank0=True, strict=False))
             return None
 
     return CpuTrainer

@@ -65,6 +65,14 @@ def tokens_file(runner_root, tiny_llama, chat_file) -> Path:
 
 
 @pytest.fixture(scope="session")
+def small_tokens(runner_root, tokens_file) -> Path:
+    """The first 8 token rows."""
+    path = runner_root / "tokens-small.jsonl"
+    path.write_text("".join(tokens_file.read_text().splitlines(keepends=True)[:8]))
+    return path
+
+
+@pytest.fixture(scope="session")
 def hf_samples(runner_root, tiny_llama, tokens_file) -> Path:
     """``extract --backend hf`` of every token row, uninterrupted (the reference run)."""
     from eagle3_runner.extract import ExtractOptions, extract

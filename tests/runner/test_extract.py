@@ -44,15 +44,15 @@ def hf_model(tiny_llama):
     return AutoModelForCausalLM.from_pretrained(str(tiny_llama), dtype=torch.float32).eval()
 
 
-def test_hf_backend_matches_reference_all_ids(tiny_llama, tokens_file, hf_model, tmp_path):
+def test_hf_backend_matches_reference_all_ids(tiny_llama, small_tokens, hf_model, tmp_path):
     from eagle3_runner.extract import ExtractOptions, extract
 
     ids = list(range(7))  # every id 0..N (N = 6 = before the final norm)
-    r = extract(ExtractOptions(model=tiny_llama, input=tokens_file, output=tmp_path, layers=ids, backend="hf",
+    r = extract(ExtractOptions(model=tiny_llama, input=small_tokens, output=tmp_path, layers=ids, backend="hf",
                                dtype="float32"))
-    assert r.written == r.total and not r.bad
-    rows = read_token_rows(tokens_file)
-    for row in rows[:6]:
+    assert r.written == r.total == 8 and not r.bad
+    rows = read_token_rows(small_tokens)
+    for row in rows:
         sample = torch.load(tmp_path / f"data_{row.index}.pt", weights_only=True)
         assert sample["input_ids"].tolist() == row.input_ids
         assert sample["loss_mask"].tolist() == row.loss_mask
@@ -80,28 +80,33 @@ def test_convention_id_n_is_before_final_norm_and_ids_are_layer_inputs(tiny_llam
         assert rel(out.hidden_states[0][0], hf_model.model.embed_tokens(torch.tensor(row.input_ids))) == 0
 
 
-def test_layer_ids_outside_range_are_usage_errors(tiny_llama, tokens_file, tmp_path, run_cli):
-    p = run_cli("extract", "--model", str(tiny_llama), "--input", str(tokens_file), "--output", str(tmp_path / "o"),
-                "--layers", "2,3,7", "--backend", "hf")
-    assert p.returncode == 2 and "outside [0, 6]" in p.stderr
+def test_layer_ids_outside_range_are_usage_errors(tiny_llama, small_tokens, tmp_path, capsys):
+    from eagle3_runner.cli import main
+
+    code = main(["extract", "--model", str(tiny_llama), "--input", str(small_tokens), "--output", str(tmp_path / "o"),
+                 "--layers", "2,3,7", "--backend", "hf"])
+    assert code == 2 and "outside [0, 6]" in capsys.readouterr().err
 
 
-def test_malformed_token_rows(tiny_llama, tokens_file, tmp_path, run_cli):
-    lines = tokens_file.read_text().splitlines()[:5]
+def test_malformed_token_rows(tiny_llama, small_tokens, tmp_path, capsys):
+    from eagle3_runner.cli import main
+
+    lines = small_tokens.read_text().splitlines()[:5]
     lines[1] = '{"input_ids": [1, 2, 3], "loss_mask": [0, 1]}'
     lines[3] = '{"input_ids": [1, 9999], "loss_mask": [0, 1]}'
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(lines) + "\nnot json\n")
     out = tmp_path / "o"
-    p = run_cli("extract", "--model", str(tiny_llama), "--input", str(bad), "--output", str(out), "--backend", "hf")
-    assert p.returncode == 3, p.stderr
+    code = main(["extract", "--model", str(tiny_llama), "--input", str(bad), "--output", str(out), "--backend", "hf"])
+    err = capsys.readouterr().err
+    assert code == 3, err
     for lineno in (2, 4, 6):
-        assert f"{bad}:{lineno}:" in p.stderr
-    assert "3 malformed token rows" in p.stderr
+        assert f"{bad}:{lineno}:" in err
+    assert "3 malformed token rows" in err
     assert not out.exists() or not list(out.glob("data_*.pt"))
 
 
-def test_nan_sample_reported_not_written_others_kept(tiny_llama, tokens_file, tmp_path):
+def test_nan_sample_reported_not_written_others_kept(tiny_llama, small_tokens, tmp_path, capsys):
     """A model whose embedding row of one token is NaN: samples containing it fail the real
     validation (reported by line, not written); every other sample is written."""
     import shutil
@@ -113,7 +118,7 @@ def test_nan_sample_reported_not_written_others_kept(tiny_llama, tokens_file, tm
     model = tmp_path / "poisoned"
     shutil.copytree(tiny_llama, model)
     state = load_file(str(model / "model.safetensors"))
-    rows = read_token_rows(tokens_file)
+    rows = read_token_rows(small_tokens)
     poison = rows[5].input_ids[-3]
     state["model.embed_tokens.weight"][poison] = float("nan")
     save_file(state, str(model / "model.safetensors"), metadata={"format": "pt"})
@@ -121,23 +126,28 @@ def test_nan_sample_reported_not_written_others_kept(tiny_llama, tokens_file, tm
     assert 0 < len(hit) < len(rows)
 
     out = tmp_path / "o"
-    code = main(["-q", "extract", "--model", str(model), "--input", str(tokens_file), "--output", str(out),
+    code = main(["-q", "extract", "--model", str(model), "--input", str(small_tokens), "--output", str(out),
                  "--backend", "hf"])
+    err = capsys.readouterr().err
     assert code == 5
+    for i in hit:
+        assert f"line {i + 1} (data_{i}.pt): hidden_states[0] is not finite" in err
     written = {int(p.stem.split("_")[1]) for p in out.glob("data_*.pt")}
     assert written == {r.index for r in rows} - hit
 
 
-def test_shards_partition_lines_round_robin(tiny_llama, tokens_file, hf_samples, tmp_path):
+def test_shards_partition_lines_round_robin(tiny_llama, small_tokens, hf_samples, tmp_path):
     from eagle3_runner.extract import ExtractOptions, extract
 
     out = tmp_path / "o"
     for i in range(3):
-        r = extract(ExtractOptions(model=tiny_llama, input=tokens_file, output=out, backend="hf", dtype="float32",
+        r = extract(ExtractOptions(model=tiny_llama, input=small_tokens, output=out, backend="hf", dtype="float32",
                                    shard=(i, 3)))
-        assert r.written == len([x for x in read_token_rows(tokens_file) if x.index % 3 == i])
+        assert r.written == len([x for x in read_token_rows(small_tokens) if x.index % 3 == i])
     names = sorted(p.name for p in out.glob("data_*.pt"))
-    assert names == sorted(p.name for p in hf_samples.glob("data_*.pt"))
+    assert names == sorted(f"data_{i}.pt" for i in range(8))
+    for name in names:  # same states as the unsharded run
+        assert _sample_equal(torch.load(out / name, weights_only=True), torch.load(hf_samples / name, weights_only=True))
 
 
 def _sample_equal(a, b) -> bool:

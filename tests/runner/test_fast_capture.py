@@ -158,8 +158,9 @@ def test_atomic_writer_formats(tmp_path, mode) -> None:
     assert torch.equal(loaded["loss_mask"], sample["loss_mask"])
     for a, b in zip(loaded["hidden_states"], sample["hidden_states"]):
         assert a.dtype == torch.bfloat16 and torch.equal(a, b)
-    assert fc.valid_sample_file(path, list(range(5)), 3)
-    assert not fc.valid_sample_file(path, list(range(1, 6)), 3)
+    assert fc.valid_sample_file(path, list(range(5)), 3, 8)
+    assert not fc.valid_sample_file(path, list(range(1, 6)), 3, 8)
+    assert not fc.valid_sample_file(path, list(range(5)), 3, 16)
     assert os.listdir(tmp_path) == ["data_0.pt"]
 
 

@@ -68,7 +68,9 @@ def test_truncation(tiny_llama, chat_file, tmp_path):
     assert r.truncated > 0
 
 
-def test_malformed_rows_named_and_nothing_written(tiny_llama, chat_rows, tmp_path, run_cli):
+def test_malformed_rows_named_and_nothing_written(tiny_llama, chat_rows, tmp_path, capsys):
+    from eagle3_runner.cli import main
+
     bad = tmp_path / "bad.jsonl"
     lines = [json.dumps(r) for r in chat_rows[:6]]
     lines[2] = '{"messages": [{"role": "user", "content": "hi"}'  # line 3: broken JSON
@@ -76,10 +78,11 @@ def test_malformed_rows_named_and_nothing_written(tiny_llama, chat_rows, tmp_pat
     bad.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
     out.write_text("previous\n")
-    p = run_cli("prepare", "--model", str(tiny_llama), "--data", str(bad), "--output", str(out))
-    assert p.returncode == 3, p.stderr
-    assert f"{bad}:3:" in p.stderr and f"{bad}:5:" in p.stderr
-    assert f"{bad}:1:" not in p.stderr
+    code = main(["prepare", "--model", str(tiny_llama), "--data", str(bad), "--output", str(out)])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert f"{bad}:3:" in err and f"{bad}:5:" in err
+    assert f"{bad}:1:" not in err
     assert out.read_text() == "previous\n"  # untouched
     assert not freq_path_for(out).exists()
     assert not [x for x in tmp_path.iterdir() if ".tmp-" in x.name]
