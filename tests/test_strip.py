@@ -165,13 +165,14 @@ def instrument_many(source: str, seed: int, count: int) -> tuple[str, list[tuple
     return instrument(source, chosen, module_points), chosen
 
 
-def check_restores(current: str, expected: str):
+def check_restores(current: str, expected: str, again: bool = True):
     result = strip_debug(current, expected)
     assert result.leftovers == ()
     assert result.source == expected  # byte-identical
     assert result.changed == (current != expected)
-    again = strip_debug(result.source, expected)
-    assert again.removed == () and again.source == expected and not again.changed
+    if again:
+        second = strip_debug(result.source, expected)
+        assert second.removed == () and second.source == expected and not second.changed
     return result
 
 
@@ -207,7 +208,7 @@ def test_every_position_every_snippet_restores_exact_bytes(sources, name):
     for k, point in enumerate(points):
         snippet = SNIPPETS[k % len(SNIPPETS)][0]
         current = instrument(expected, [(point, snippet)], module_points)
-        check_restores(current, expected)
+        check_restores(current, expected, again=False)  # idempotence: checked above
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -324,6 +325,19 @@ def test_changed_line_next_to_removed_debug_keeps_its_blank_lines(sources):
     assert result.source == edited
     assert [lo.summary for lo in result.leftovers] == [
         'changed: log = PipelineLogger(__name__) -> log = PipelineLogger("speculators")']
+
+
+def test_deleted_upstream_line_next_to_removed_debug_keeps_the_blank_lines(sources):
+    expected = sources[WORKER]
+    tail = "\n    return hidden_states\n\n\nclass HiddenStatesWorkerExtension:\n"
+    assert tail in expected
+    edited = expected.replace(tail, "\n\n\nclass HiddenStatesWorkerExtension:\n")
+    current = edited.replace(
+        "\nclass HiddenStatesWorkerExtension:\n",
+        '\nif True:\n    print("DEBUG")\nclass HiddenStatesWorkerExtension:\n')
+    result = strip_debug(current, expected)
+    assert result.source == edited
+    assert [lo.summary for lo in result.leftovers] == ["removed: return hidden_states"]
 
 
 def test_edited_upstream_comment_next_to_removed_debug_is_kept(sources):
@@ -555,6 +569,53 @@ def test_no_expected_strips_a_user_script():
     assert result.removed[3].code == 'print("empty", file=sys.stderr)'
     again = strip_debug(result.source, None)
     assert not again.changed and again.source == USER_STRIPPED
+
+
+@pytest.mark.parametrize(("source", "stripped"), [
+    ("x = 1; print(x)\n", "x = 1\n"),
+    ("print(x); x = 1\n", "x = 1\n"),
+    ("a(); print(1); b()  # note\n", "a(); b()  # note\n"),
+    ("a(); print(1);\n", "a();\n"),
+    ('s = "é→ü"; print(s); t = "ß"\n', 's = "é→ü"; t = "ß"\n'),
+    ("while x: print(x); x -= 1\n", "while x: x -= 1\n"),
+    ("class A:\n    print('body')\n", "class A:\n    pass\n"),
+    ("def f():\n    print(\n        1,\n    )  # end\n    breakpoint()\n",
+     "def f():\n    pass\n"),
+    ("try:\n    print(1)\nexcept E:\n    print(2)\nfinally:\n    print(3)\n",
+     "try:\n    pass\nexcept E:\n    pass\nfinally:\n    pass\n"),
+    ("match v:\n    case 1:\n        print(v)\n    case _:\n        y = 2\n",
+     "match v:\n    case 1:\n        pass\n    case _:\n        y = 2\n"),
+    ("from ipdb import set_trace as st\nst()\nset_trace()\n", "from ipdb import set_trace as st\nst()\n"),
+    ("import pdb\n", ""),
+    ("if x:\r\n    print(x)\r\ny = 1\r\n", "if x:\r\n    pass\r\ny = 1\r\n"),
+    ("print(1)", ""),
+])
+def test_no_expected_edits(source, stripped):
+    result = strip_debug(source, None)
+    assert result.source == stripped
+    assert strip_debug(stripped, None).source == stripped
+
+
+def test_kinds_with_expected():
+    expected = "def f(self):\n    return 1\n"
+    body = [
+        ("print(1)", "print"), ("self.logger.info('x')", "logging"),
+        ("self._log.exception('x')", "logging"), ("LOGGER.warning('x')", "logging"),
+        ("logging.critical('x')", "logging"), ("breakpoint()", "breakpoint"),
+        ("ipdb.set_trace()", "pdb"), ("__import__('pdb').set_trace()", "pdb"),
+        ("import pdb", "pdb"),
+    ]
+    current = "def f(self):\n" + "".join(f"    {code}\n" for code, _ in body) + "    return 1\n"
+    result = check_restores(current, expected)
+    assert [(r.line, r.code, r.kind) for r in result.removed] == [
+        (n + 2, code, kind) for n, (code, kind) in enumerate(body)]
+    # not debug output: other receivers, other methods, a logger made on the spot
+    not_debug = ["self.info('x')", "log.setLevel(10)", "printer.print(1)",
+                 "logging.getLogger(__name__).info('x')", "pprint(1)"]
+    current = "def f(self):\n" + "".join(f"    {code}\n" for code in not_debug) + "    return 1\n"
+    result = strip_debug(current, expected)
+    assert result.source == current and not result.changed
+    assert [lo.summary for lo in result.leftovers] == [f"added: {c}" for c in not_debug]
 
 
 def test_no_expected_keeps_used_prints_unlike_ruff_t201():

@@ -47,6 +47,7 @@ import difflib
 import io
 import textwrap
 import tokenize
+from collections import Counter
 from dataclasses import dataclass
 
 __all__ = [
@@ -689,6 +690,10 @@ class _Stripper:
         cur, exp = self.cur, self.exp
         a = [exp.units[i].text for i in gap_exp]
         b = [self._text(u) for u in gap_cur]
+        # Never drop more copies of a blank/comment line than this gap has beyond upstream's
+        # (an upstream line deleted by hand shifts the alignment of the blank lines around it).
+        excess = Counter(t for u, t in zip(gap_cur, b) if cur.units[u].trivia)
+        excess.subtract(exp.units[i].text for i in gap_exp if exp.units[i].trivia)
         for tag, i1, i2, j1, j2 in _matcher(a, b).get_opcodes():
             # In a changed hunk, blank/comment lines may be edits of upstream ones: only when
             # the upstream side has none are they taken for additions.
@@ -703,11 +708,11 @@ class _Stripper:
                 k = j
                 while k < j2 and cur.units[gap_cur[k]].trivia:
                     k += 1
-                self._drop_run(gap_cur, b, j, k, left, right, deleted)
+                self._drop_run(gap_cur, b, j, k, left, right, deleted, excess)
                 j = k
 
     def _drop_run(self, units: list[int], b: list[str], j: int, k: int, left: int, right: int,
-                  deleted: set[int]) -> None:
+                  deleted: set[int], excess: Counter) -> None:
         n = len(units)
         length = k - j
 
@@ -728,8 +733,10 @@ class _Stripper:
             positions.append(p)
         for p in positions:
             if touches(p):
-                for u in units[p:p + length]:
-                    self.texts[u] = ""
+                for u, text in zip(units[p:p + length], b[p:p + length]):
+                    if excess[text] > 0:
+                        excess[text] -= 1
+                        self.texts[u] = ""
                 return
 
     # -- step 4: report ---------------------------------------------------------------------
