@@ -123,6 +123,7 @@ IMPORT_TREE = {
     "vllm/pkg/sub.py": "thing = 1\n",
     "vllm/pkg/other_sub.py": "x = 1\n",
     "vllm/lazy.py": "def __getattr__(name):\n    raise AttributeError(name)\n",
+    "vllm/dyn_globals.py": "for _n in ('a', 'b'):\n    globals()[_n] = 1\n",
 }
 
 
@@ -155,6 +156,7 @@ def test_import_unresolved(tmp_path, name):
     ("from vllm.pkg import other_sub\n", True),  # a submodule not imported by __init__
     ("from vllm.pkg import thing\n", True),
     ("from vllm.lazy import anything\n", True),  # module __getattr__
+    ("from vllm.dyn_globals import a\n", True),  # globals()[...] = ...
     ("import vllm.nope\n", False),
     ("import vllm.pkg.nope as n\n", False),
     ("from vllm.nope import x\n", False),

@@ -114,6 +114,14 @@ class _Module:
         self.all_dynamic = False
         if tree is not None:
             self._collect(tree.body, type_checking=False)
+            # names made at import time by globals()[...] = ... / globals().update(...)
+            self.has_getattr |= any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                and n.func.id == "globals"
+                for st in tree.body if not isinstance(st, (ast.FunctionDef,
+                                                           ast.AsyncFunctionDef,
+                                                           ast.ClassDef))
+                for n in ast.walk(st))
 
     def _package(self) -> str:
         return self.name if self.is_pkg else self.name.rpartition(".")[0]
