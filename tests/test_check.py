@@ -124,6 +124,7 @@ IMPORT_TREE = {
     "vllm/pkg/other_sub.py": "x = 1\n",
     "vllm/lazy.py": "def __getattr__(name):\n    raise AttributeError(name)\n",
     "vllm/dyn_globals.py": "for _n in ('a', 'b'):\n    globals()[_n] = 1\n",
+    "vllm/passes_globals.py": "def lazy(g): pass\ntorch = lazy(globals())\n",
 }
 
 
@@ -162,6 +163,7 @@ def test_import_unresolved(tmp_path, name):
     ("from vllm.nope import x\n", False),
     ("from vllm.pkg.nope import x\n", False),
     ("from vllm.pkg import nope\n", False),
+    ("from vllm.passes_globals import nope\n", False),  # globals() only passed along
     ("import numpy_not_vllm\nfrom somewhere_else import x\nfrom . import y\n", True),
 ])
 def test_module_imports(tmp_path, src, ok):

@@ -116,8 +116,7 @@ class _Module:
             self._collect(tree.body, type_checking=False)
             # names made at import time by globals()[...] = ... / globals().update(...)
             self.has_getattr |= any(
-                isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                and n.func.id == "globals"
+                _writes_globals(n)
                 for st in tree.body if not isinstance(st, (ast.FunctionDef,
                                                            ast.AsyncFunctionDef,
                                                            ast.ClassDef))
@@ -203,6 +202,21 @@ class _Module:
             self.all_names |= names
         else:
             self.all_names = (self.all_names or set()) | names
+
+
+def _is_globals_call(n: ast.AST) -> bool:
+    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+            and n.func.id in ("globals", "vars") and not n.args)
+
+
+def _writes_globals(n: ast.AST) -> bool:
+    """``globals()[k] = v`` or ``globals().update(...)`` (not merely passing ``globals()``)."""
+    if isinstance(n, (ast.Assign, ast.AugAssign)):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        return any(isinstance(t, ast.Subscript) and _is_globals_call(t.value) for t in targets)
+    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("update", "setdefault", "__setitem__")
+            and _is_globals_call(n.func.value))
 
 
 def _literal_strings(node: ast.AST | None) -> set[str] | None:
