@@ -84,7 +84,9 @@ def test_all_50_cells_are_clean(tmp_path):
     """Every cell must be clean after apply.  Fails until the catalog covers every break."""
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--jobs", "2"],
                           cwd=REPO, capture_output=True, text=True, timeout=3600)
-    result = json.loads((tmp_path / "static-findings.json").read_text())
+    out = tmp_path / "static-findings.json"
+    assert out.is_file(), f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    result = json.loads(out.read_text())
     table = (tmp_path / "static-findings.md").read_text()
     assert len(result["cells"]) == 50, proc.stderr[-3000:]
     assert result["applied"], "the matrix ran without `vllm-compat apply`"
