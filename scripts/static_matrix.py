@@ -133,6 +133,10 @@ def run_cell(spec: str, vllm: str, apply: bool, python: str, keep: Path | None) 
             sources[rel] = text
         report = check_sources(sources, site)
         rec["findings"] += [vars(f) for f in report.findings]
+        if report.calls_checked == 0:  # a pass that proved nothing is no pass
+            rec["findings"].append({"file": "", "line": 0, "kind": "vacuous-check",
+                                    "message": "no vLLM call was bound in "
+                                               f"{len(sources)} file(s)"})
         rec["calls_checked"] = report.calls_checked
         rec["calls_skipped"] = report.calls_skipped
         rec["files_checked"] = report.files_checked
@@ -189,7 +193,10 @@ def render(records: list[dict], applied: bool, seconds: float) -> str:
     if not applied:
         lines += ["**Ran WITHOUT `vllm-compat apply`: these are the unpatched speculators "
                   "files.**", ""]
-    lines += [f"{clean}/{len(records)} cells clean; {seconds:.0f} s.", "",
+    calls = [r["calls_checked"] for r in records if "calls_checked" in r]
+    lines += [f"{clean}/{len(records)} cells clean; {seconds:.0f} s."
+              + (f" vLLM calls bound per cell: {min(calls)}-{max(calls)}." if calls else ""),
+              "",
               "| vLLM | " + " | ".join(f"speculators {s}" for s in specs) + " |",
               "|---|" + "---|" * len(specs)]
     for v in vllms:
