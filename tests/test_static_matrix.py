@@ -93,3 +93,22 @@ def test_all_50_cells_are_clean(tmp_path):
     assert all(c.get("calls_checked", 0) > 0 for c in result["cells"]), "vacuous cells"
     assert result["clean"] == 50, table
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_unpatched_cells_end_to_end(tmp_path):
+    """Two real cells without apply: 0.3.0 fits 0.11.0, and breaks on 0.32.0."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--no-apply",
+                           "--cells", "0.3.0@0.11.0,0.3.0@0.32.0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "WITHOUT" in proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "static-findings.json").read_text())
+    cells = {c["vllm"]: c for c in result["cells"]}
+    assert not result["applied"] and set(cells) == {"0.11.0", "0.32.0"}
+    assert cells["0.11.0"]["clean"] and cells["0.11.0"]["calls_checked"] >= 20
+    messages = " ".join(f["message"] for f in cells["0.32.0"]["findings"])
+    assert "Scheduler(...) missing required argument 'block_size'" in messages
+    table = (tmp_path / "static-findings.md").read_text()
+    assert "| 0.11.0 | clean |" in table
+    assert f"| 0.32.0 | {len(cells['0.32.0']['findings'])} |" in table
