@@ -11,19 +11,25 @@ blank/comment-only line.  Units compare as their exact text, so whatever survive
 bytes.
 
 1. The code units (no blank/comment lines) of ``expected`` and ``current`` are diffed
-   (:class:`difflib.SequenceMatcher`).  A statement of ``current`` can only be removed when
-   its unit is unmatched, i.e. added or changed.  A changed upstream debug line (an upstream
-   ``log.info("a")`` edited into ``log.info("b")``) is recognised by similarity inside the
-   changed hunk and kept (a leftover), not stripped.
+   (:class:`difflib.SequenceMatcher`); an ``if``/``for``/``while``/``with``/``try`` holding only
+   debug output, and an ``else:``/``finally:`` clause holding only debug output, is one diff
+   item, so its ``try:``/``else:`` lines are never matched with upstream ones.  Inside a
+   changed hunk the units are re-matched one by one (the ``if x:`` line of a block whose body
+   changed is not new).  A statement of ``current`` can only be removed when its unit is
+   unmatched.  A changed upstream debug line (``log.info("a")`` edited into ``log.info("b")``)
+   is recognised by similarity inside its hunk and kept as a leftover, not stripped.
 2. On the statement tree (:mod:`ast`) of ``current``: every debug statement in such a unit is
-   removed; a whole added ``if``/``for``/``while``/``with``/``try`` whose code is entirely
-   added and debug output is removed whole; imports that were added and are used by nothing
-   but removed statements go too (``import logging`` for ``logging.info``, ``import sys`` for
-   ``print(..., file=sys.stderr)``, ``import pdb``).  Several statements on one line
-   (``x = 1; print(x)``) are edited inside the line.  A block left empty gets ``pass``.
-3. The remaining units are diffed again, blank lines and comments included: added
-   blank/comment lines that touch a removed statement (``# DEBUG`` above a print, the blank
-   line after an added block) go with it.
+   removed; a whole added compound statement holding only debug output (and ``pass``) is
+   removed whole, and so is an added ``else:``/``elif``/``finally:`` clause; imports that were
+   added and are used by nothing but removed statements go too (``import logging`` for
+   ``logging.info``, ``import sys`` for ``print(..., file=sys.stderr)``, ``import pdb``).
+   Several statements on one line (``x = 1; print(x)``) are edited inside the line.  A block
+   left empty gets ``pass`` (at the removed statement's indentation).
+3. Blank lines and comments: code lines that match (or are 1:1 edits) anchor the alignment;
+   between two anchors where something was removed, the blank/comment lines are made those of
+   ``expected`` when dropping lines can do it (a dropped comment must touch a removed
+   statement: ``# DEBUG`` above a print); otherwise only added runs touching a removed
+   statement go, never more copies of a line than the gap has beyond upstream's.
 4. A last diff reports every other difference as a :class:`Leftover`; those are never touched.
 
 When the only differences are added debug statements, the result is byte-identical to
@@ -35,9 +41,20 @@ Either way a print whose value is used (``x = print(...)``, ``f(print(x))``) is 
 only a call that is a whole expression statement counts.  Arguments are not inspected, so
 ``print(it.pop())`` is removed with its side effect.
 
-The statement tree comes from :mod:`ast` of the running Python, which is the interpreter
-whose site-packages are being stripped.  Lines are split on ``\\n`` only (``\\r\\n`` is kept
-as is; a lone ``\\r`` line ending is not supported).
+Recognised debug output (bare expression statements only): ``print(...)``; ``breakpoint()``;
+``pdb``/``ipdb``/``pudb`` ``.set_trace()``/``.post_mortem()``, ``__import__("pdb").set_trace()``
+and a bare ``set_trace()``; with ``expected`` also ``<receiver>.debug/info/warning/warn/error/
+exception/critical(...)`` where the receiver's last name is ``logger``, ``log``, ``LOGGER``,
+``_logger``, ``_log`` or ``logging``.  Not recognised: ``logging.getLogger(...).info(...)``,
+an aliased ``from pdb import set_trace as st; st()``, ``pprint``, ``sys.stderr.write``.
+
+Limitations: removing a print also drops side effects in its arguments; an added debug line
+that is a near copy of an upstream debug line *changed in the same hunk* is kept (taken for
+an edit); with several edits and insertions crowded together, blank-line attribution may leave
+an added blank line (it is then reported as a leftover, never silently lost).  The statement
+tree comes from :mod:`ast` of the running Python (the interpreter whose site-packages are
+stripped; libcst is not needed).  Lines are split on ``\\n`` only (``\\r\\n`` files keep their
+bytes; pass the text read with ``newline=""``; a lone ``\\r`` line ending is not supported).
 """
 
 from __future__ import annotations
@@ -85,7 +102,7 @@ class Removed:
 
     line: int  # 1-based line in the input (current) source
     code: str  # the removed statement's source, stripped
-    kind: str  # "print" | "logging" | "breakpoint" | "pdb" | "import"
+    kind: str  # "print" | "logging" | "breakpoint" | "pdb" (also ``import pdb``) | "import"
 
 
 @dataclass(frozen=True)
