@@ -451,7 +451,7 @@ def strip_debug(target: Target | None, paths: list[str], dry_run: bool = False) 
     out = []
     for shown, path, expected in jobs:
         try:
-            current = path.read_text(encoding="utf-8")
+            current = path.read_bytes().decode("utf-8")  # keep CRLF bytes as they are
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc}", Exit.ENV) from exc
         try:
