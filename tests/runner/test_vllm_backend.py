@@ -1,0 +1,65 @@
+"""The vLLM backend (speculators' patched generator on real vLLM, CPU build) against an
+independent HF reference, and the preflight that refuses an unpatched speculators site."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+import torch
+
+from eagle3_runner.formats import read_token_rows
+
+from .test_extract import reference_states, rel
+
+
+def test_preflight_refuses_unpatched_site_and_prints_the_fix(runner_root, tiny_llama, small_tokens, tmp_path, capsys):
+    import upstream
+
+    from eagle3_runner.cli import main
+    from eagle3_runner.preflight import verify_patch_state
+
+    from .conftest import _link_vllm
+
+    try:
+        whl = upstream.wheel("speculators", "0.3.0")
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"patched site not buildable: cannot fetch the speculators 0.3.0 wheel ({exc})")
+    site = upstream.unpack(whl, tmp_path / "site")
+    _link_vllm(site)
+    out = tmp_path / "o"
+    code = main(["extract", "--model", str(tiny_llama), "--input", str(small_tokens), "--output", str(out),
+                 "--site-packages", str(site)])
+    err = capsys.readouterr().err
+    assert code == 4, err
+    fix = next(line.strip() for line in err.splitlines() if "-m vllm_compat apply" in line)
+    assert shlex.split(fix)[-2:] == ["--site-packages", str(site)]
+    assert not list(out.glob("data_*.pt"))
+    subprocess.run(shlex.split(fix), check=True, capture_output=True)  # the printed command fixes it
+    assert verify_patch_state(site).result == "ok"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype,tolerance", [("float32", 1e-3), ("bfloat16", 2e-2)])
+def test_vllm_backend_equals_hf(patched_site, tiny_llama, small_tokens, tmp_path, dtype, tolerance):
+    from transformers import AutoModelForCausalLM
+
+    from eagle3_runner.extract import ExtractOptions, extract
+
+    layer_ids = [0, 2, 3, 5, 6]  # 6 = N: before the final norm
+    r = extract(ExtractOptions(model=tiny_llama, input=small_tokens, output=tmp_path, layers=layer_ids,
+                               backend="vllm", dtype=dtype, site_packages=str(patched_site), batch_size=3))
+    assert r.written == 8 and not r.bad
+    config = json.loads((tmp_path / "data_config.json").read_text())
+    assert config["dtype"] == dtype and config["backend"] == "vllm"
+    assert "speculators.capture_convention" in config["patches_applied"]
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_llama), dtype=torch.float32).eval()
+    for row in read_token_rows(small_tokens):
+        sample = torch.load(tmp_path / f"data_{row.index}.pt", weights_only=True)
+        assert sample["input_ids"].tolist() == row.input_ids and sample["loss_mask"].tolist() == row.loss_mask
+        ref = reference_states(model, row.input_ids, layer_ids)
+        for lid, got, want in zip(layer_ids, sample["hidden_states"], ref):
+            assert got.dtype == getattr(torch, dtype)
+            assert rel(got, want) <= tolerance, (row.index, lid, rel(got, want))
