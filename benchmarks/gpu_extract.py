@@ -438,26 +438,26 @@ def markdown(results: dict) -> str:
         if "error" in p:
             lines.append(f"| {key} | error | | | | | {p['error']} |")
             continue
-        L = p["layers"]
+        L = f'{p["layers"]} L, {p["max_num_batched_tokens"]} tok/step'
         pl = max(p["plain_tokens_per_s"])
         m = p["mfu"]
-        lines.append(f"| {L} layers | plain prefill | {pl:,.0f} | 100% | | | MFU 2PT {m['vs_989_dense_2PT']:.1%} of 989 / "
+        lines.append(f"| {L} | plain prefill | {pl:,.0f} | 100% | | | MFU 2PT {m['vs_989_dense_2PT']:.1%} of 989 / "
                      f"{m['vs_790_measured_2PT']:.1%} of 790 TF/s (with attention {m['vs_989_dense_with_attn']:.1%} / "
                      f"{m['vs_790_measured_with_attn']:.1%}) |")
         for v, s in p["variants"].items():
             if "error" in s:
-                lines.append(f"| {L} layers | fast {v} | error | | | | {s['error']} |")
+                lines.append(f"| {L} | fast {v} | error | | | | {s['error']} |")
                 continue
-            lines.append(f"| {L} layers | fast {v} | {s['tokens_per_s']:,.0f} | {s['ratio_vs_plain']:.0%} | "
+            lines.append(f"| {L} | fast {v} | {s['tokens_per_s']:,.0f} | {s['ratio_vs_plain']:.0%} | "
                          f"{s['host_copy_GBps']:.2f} | {s['disk_write_GBps']:.2f} | files valid {s['files_valid']}, "
                          f"write busy {s['t_write_s']:.1f}s, copy wait {s['t_wait_copy_s']:.2f}s, "
                          f"dispatch {s['t_dispatch_s']:.2f}s, backpressure {s['t_backpressure_s']:.2f}s |")
         r = p.get("rpc_standin")
         if r:
             if "error" in r:
-                lines.append(f"| {L} layers | rpc stand-in | error | | | | {r['error']} |")
+                lines.append(f"| {L} | rpc stand-in | error | | | | {r['error']} |")
             else:
-                lines.append(f"| {L} layers | rpc stand-in | {r['tokens_per_s']:,.0f} | {r['ratio_vs_plain']:.0%} | | | "
+                lines.append(f"| {L} | rpc stand-in | {r['tokens_per_s']:,.0f} | {r['ratio_vs_plain']:.0%} | | | "
                              "states through LLM.collective_rpc as bytes |")
     return "\n".join(lines) + "\n"
 
@@ -471,10 +471,11 @@ def main() -> int:
     ap.add_argument("--layer-set", default="8,32")
     ap.add_argument("--prompts", type=int, default=256)
     ap.add_argument("--length", type=int, default=1024)
-    ap.add_argument("--mnbt", type=int, default=16384)
+    ap.add_argument("--mnbt", default="16384", help="max_num_batched_tokens; a comma list in 'all' mode")
     ap.add_argument("--variants", default="raw:4:fsync,raw:8:fsync,torch:4:fsync,raw:8:nofsync")
     ap.add_argument("--no-rpc", action="store_true")
     ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--skip-env", action="store_true")
     a = ap.parse_args()
     out, work = Path(a.out), Path(a.work)
     out.mkdir(parents=True, exist_ok=True)
@@ -490,7 +491,7 @@ def main() -> int:
         return 0
     if a.part == "perf":
         try:
-            r = part_perf(work, a.layers, a.prompts, a.length, a.mnbt, a.variants.split(","), not a.no_rpc, local)
+            r = part_perf(work, a.layers, a.prompts, a.length, int(a.mnbt), a.variants.split(","), not a.no_rpc, local)
         except Exception as e:  # noqa: BLE001
             import traceback
             r = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-3000:]}
@@ -501,6 +502,22 @@ def main() -> int:
 
     results = {"env": {"gpu": torch.cuda.get_device_name(), "vllm": vllm.__version__, "torch": torch.__version__,
                        "cpu_count": os.cpu_count()}}
+    if a.skip_env:
+        results["env"]["skipped"] = True
+    else:
+        results["env"].update(measure_env(local, work))
+    print(json.dumps(results["env"], indent=1), flush=True)
+
+    def save():
+        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+        (out / "results.md").write_text(markdown(results))
+
+    save()
+    return run_parts(a, results, save, out, work)
+
+
+def measure_env(local: Path, work: Path) -> dict:
+    results = {"env": {}}
     results["env"]["d2h_GBps"] = d2h_bandwidth() / 1e9
     results["env"]["disk_GBps"] = disk_bandwidth(local / "ddtest") / 1e9
     results["env"]["disk_nofsync_GBps"] = disk_bandwidth(local / "ddtest", fsync=False) / 1e9
@@ -510,13 +527,10 @@ def main() -> int:
         results["env"]["shm_GBps"] = 0.0
         results["env"]["shm_error"] = str(e)
     results["env"]["df"] = subprocess.run(["df", "-h", str(work), "/dev/shm"], capture_output=True, text=True).stdout
-    print(json.dumps(results["env"], indent=1), flush=True)
+    return results["env"]
 
-    def save():
-        (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-        (out / "results.md").write_text(markdown(results))
 
-    save()
+def run_parts(a, results, save, out: Path, work: Path) -> int:
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--work", str(work)]
     if not a.skip_check:
         subprocess.run(me + ["--part", "check"], check=False)
@@ -527,14 +541,14 @@ def main() -> int:
         save()
         print("check:", json.dumps({k: results["check"].get(k) for k in ("pass", "rel_err_max_per_layer", "error")}),
               flush=True)
-    for layers in [int(x) for x in a.layer_set.split(",") if x]:
+    for layers, mnbt in [(int(x), int(m)) for x in a.layer_set.split(",") if x for m in a.mnbt.split(",")]:
         cmd = me + ["--part", "perf", "--layers", str(layers), "--prompts", str(a.prompts), "--length",
-                    str(a.length), "--mnbt", str(a.mnbt), "--variants", a.variants] + (["--no-rpc"] if a.no_rpc else [])
+                    str(a.length), "--mnbt", str(mnbt), "--variants", a.variants] + (["--no-rpc"] if a.no_rpc else [])
         subprocess.run(cmd, check=False)
         try:
-            results[f"perf{layers}_{a.mnbt}"] = json.loads((out / f"part_perf{layers}_{a.mnbt}.json").read_text())
+            results[f"perf{layers}_{mnbt}"] = json.loads((out / f"part_perf{layers}_{mnbt}.json").read_text())
         except Exception as e:  # noqa: BLE001
-            results[f"perf{layers}_{a.mnbt}"] = {"error": str(e)}
+            results[f"perf{layers}_{mnbt}"] = {"error": str(e)}
         shutil.rmtree(work / f"llama{layers}", ignore_errors=True) if layers == 32 else None
         save()
     print(markdown(results), flush=True)

@@ -527,7 +527,11 @@ class _Capture:
                                                input_ids=job.input_ids, check_finite=False)
                     why = "; ".join(problems) if problems else None  # finite: checked per row on the GPU
                 if why is None:
-                    written = write_sample_atomic(job.path, sample, self.write_mode, self.fsync)
+                    if self.write_mode == "none":  # benchmarking only: capture, copy, validate
+                        written = sum(t.numel() * t.element_size() for t in
+                                      (sample["input_ids"], *sample["hidden_states"], sample["loss_mask"]))
+                    else:
+                        written = write_sample_atomic(job.path, sample, self.write_mode, self.fsync)
                 t2 = time.perf_counter()
                 with self.lock:
                     self.t_wait_copy += t1 - t0
