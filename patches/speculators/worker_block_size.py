@@ -19,8 +19,9 @@ from vllm_compat.patch import AddKeyword, InsertAfter, Patch, RemoveKeyword, reg
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 
 SYNC = (
-    "self.vllm_config.cache_config.block_size = min("
-    "group.kv_cache_spec.block_size for group in kv_cache_groups)"
+    "self.vllm_config.cache_config.block_size = min(\n"
+    "    group.kv_cache_spec.block_size for group in kv_cache_groups\n"
+    ")\n"
 )
 
 register(Patch(
