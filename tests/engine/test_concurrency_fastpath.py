@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import enginekit as kit
@@ -23,11 +24,20 @@ def _runs(trace: Path) -> list[tuple[int, list[str]]]:
     return runs
 
 
-def _start(site: Path, trace: Path, *args: str) -> subprocess.Popen:
+def _start(site: Path, trace: Path, *args: str, slow: str = "0.02") -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(kit.CRASHRUN), args[0], "--site-packages", str(site), *args[1:]],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(kit.REPO),
-        env=kit.env(VLLM_COMPAT_TRACE=str(trace), VLLM_COMPAT_SLOW="0.02"))
+        env=kit.env(VLLM_COMPAT_TRACE=str(trace), VLLM_COMPAT_SLOW=slow))
+
+
+def _wait_for_writes(trace: Path, pid: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if trace.exists() and any(line.startswith(f"{pid} ") for line in trace.read_text().splitlines()):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never wrote")
 
 
 def test_two_applies_at_once_serialize(site: Path, tmp_path: Path) -> None:
@@ -54,7 +64,7 @@ def test_revert_racing_apply_serialize(site: Path, tmp_path: Path) -> None:
     """revert removes the state folder (and its lock file) while others wait on that lock."""
     assert cli(site, "apply").returncode == 0
     trace = tmp_path / "trace"
-    procs = [_start(site, trace, "revert"), _start(site, trace, "apply"), _start(site, trace, "apply")]
+    procs = [_start(site, trace, "revert", slow="0.01"), _start(site, trace, "apply", slow="0.01"), _start(site, trace, "apply", slow="0.01")]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}"
@@ -64,6 +74,29 @@ def test_revert_racing_apply_serialize(site: Path, tmp_path: Path) -> None:
         f"{pid}: {ops[0]} ... ({len(ops)} ops)" for pid, ops in runs)
     ver = cli(site, "verify")
     assert ver.returncode in (0, 10), show(ver)
+
+
+def test_lock_survives_revert_removing_it(site: Path, tmp_path: Path) -> None:
+    """A waiter that held the lock file revert deleted must not run beside a newcomer that
+    created a fresh one: revert (A) holds the lock, apply (B) waits on it; once A is gone and
+    B writes, apply (C) starts.  B and C must not interleave."""
+    assert cli(site, "apply").returncode == 0
+    trace = tmp_path / "trace"
+    a = _start(site, trace, "revert", slow="0.05")
+    _wait_for_writes(trace, a.pid)
+    b = _start(site, trace, "apply", slow="0.1")
+    time.sleep(1.0)  # B is started and blocked on A's lock
+    a_out = a.communicate(timeout=300)
+    assert a.returncode == 0, a_out
+    _wait_for_writes(trace, b.pid)
+    c = _start(site, trace, "apply", slow="0.1")
+    outs = [b.communicate(timeout=300), c.communicate(timeout=300)]
+    for p, (out, err) in zip((b, c), outs):
+        assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}"
+    pids = [pid for pid, _ in _runs(trace)]
+    assert len(pids) == len(set(pids)), "writers interleaved after revert removed the lock: " + " ".join(map(str, pids))
+    ver = cli(site, "verify")
+    assert ver.returncode == 0, show(ver)
 
 
 def _imported(stderr: str) -> set[str]:
