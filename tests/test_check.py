@@ -830,3 +830,22 @@ def test_names_assigned_two_types_are_not_typed(tmp_path):
                 self.x.not_on_either()
     """)
     assert r.ok, r.findings
+
+
+def test_attribute_reads_on_typed_vllm_objects(tmp_path):
+    root = make_tree(tmp_path, METHOD_TREE)
+    r = mcheck(root, """
+        from vllm.config import VllmConfig
+        def f(cfg: VllmConfig, e: MultiprocExecutor, other):
+            a = cfg.cache_config.block_size
+            b = cfg.cache_config.gone_field
+            c = e.vllm_config
+            d = e.size
+            e2 = e.no_such_attr
+            cfg.cache_config.new_field = 1
+            if hasattr(cfg, "later_field"):
+                g = cfg.later_field
+            h = other.anything
+    """)
+    assert kinds(r) == [(7, "missing-attribute"), (10, "missing-attribute")], r.findings
+    assert "CacheConfig has no attribute 'gone_field'" in messages(r)

@@ -18,6 +18,9 @@ speculators -- and proves, for every use of vLLM in the files:
   (``x = VllmClass(...)``, ``self.attr = VllmClass(...)``, parameters annotated with a vLLM
   class, results of vLLM functions/methods whose return annotation names a vLLM class) must be
   defined on the class or its vLLM bases, and binds to its signature where its ``def`` is found.
+  Types also flow through class-level field annotations (``VllmConfig.cache_config`` is a
+  ``CacheConfig``) and the checked file's own return annotations.  Attributes *read* from such
+  objects must exist too (a field, property, method, or ``self.x = ...`` in one of its methods).
 
 The checked files' own package (``speculators``) is followed as well: names imported from a
 vendored shim (``from speculators._vllm_compat_kv import get_kv_cache_config_from_groups``) are
@@ -1016,10 +1019,33 @@ class _FileChecker:
             self.class_attr_types = new_class_attr
             if before == (new_types, new_class_attr):
                 break
-        # calls
+        # calls, and attribute reads on vLLM objects of known type
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 self._check_call(node)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                self._check_attribute(node)
+
+    def _check_attribute(self, node: ast.Attribute) -> None:
+        """``obj.attr`` read (not called) where ``obj`` is a vLLM instance of known type."""
+        parent = self.parents.get(id(node))
+        if isinstance(parent, ast.Call) and parent.func is node:
+            return  # a call: _check_call
+        try:
+            scope = self.scope_of(node)
+        except LookupError:
+            return
+        bases = self._resolve(node.value, scope)
+        if not bases or not all(isinstance(b, _Instance) for b in bases):
+            return
+        for b in bases:
+            cls = b.cls  # type: ignore[union-attr]
+            if self.index.class_member(cls, node.attr) is None:
+                if not self._guarded(node, node.attr, "AttributeError"):
+                    self.report(node, "missing-attribute",
+                                f"{cls.name} has no attribute '{node.attr}' "
+                                f"({cls.module.rel}:{cls.node.lineno})")
+                return
 
     def _build_scopes(self, body: Iterable[ast.AST], scope: _Scope,
                       cls: ast.ClassDef | None) -> None:
