@@ -155,6 +155,9 @@ def _plan(target: Target) -> _Plan:
         pristine = None if _is_shim(catalog, rel) else (dist.record.get(rel) if dist else None)
         reason = "; ".join(stale.values())
         fstates.append(file_state(target, rel, pristine, tuple(expected.get(rel, ())), manifest, reason, digest))
+    if store.has_journal():  # a run killed after its commit point, not hand edits
+        fstates = [FileState(f.path, PENDING, f.patches, "interrupted run: the next apply or revert completes it")
+                   if f.state == DRIFTED else f for f in fstates]
     by_file = {f.path: f for f in fstates}
     pstates = []
     for d in decisions:
