@@ -36,6 +36,17 @@ Ceilings on that machine: pinned D2H copy 55.3 GB/s; disk write with fsync (4 th
 files) 1.62-1.70 GB/s; without fsync (page cache) 15.8-16.7 GB/s; /dev/shm 9.4 GB/s. At plain
 prefill speed the 8-layer model produces 5.5 GB/s of states, so with an fsync per file the
 8-layer run cannot pass 1.70 / 5.5 = 31% of prefill on this disk; the fast path reaches 29%.
+Second run (same day, fresh machine; 8 layers; no rpc), splitting the cost:
+
+| max_num_batched_tokens | plain | capture + copy + validate, no write | raw writer to /dev/shm | raw, local disk, no fsync | raw, local disk, fsync per file |
+|---|---|---|---|---|---|
+| 16384 | 167,701 | 153,341 (91%) | 86,821 (52%, tmpfs first touch) | 138,162 (82%) | 28,611 (17%, disk 0.94 GB/s) |
+| 32768 | 170,191 | 155,322 (91%) | 146,698 (86%) | 149,502 (88%) | 54,646 (32%, disk 1.79 GB/s) |
+
+So: capture (adds, per-row finite flags, D2H copies into pinned buffers, per-step dispatch) costs
+~9% of prefill; serialization + page-cache writes another 3-9%; fsync per file makes the run
+disk-bound, and this virtual disk's fsync throughput varied 0.9-1.8 GB/s between runs.
+
 GPU correctness (4-layer bf16 Llama, hidden 1024, 15 ragged prompts, one of 700 tokens chunked
 over 256-token steps, one duplicate): max rel err vs HF on the same GPU 0.0 / 1.04e-2 / 1.25e-2 /
 1.30e-2 for layer ids 0 / 1 / 3 / 4; resume redid exactly the one deleted file.
