@@ -44,6 +44,7 @@ import hashlib
 import logging
 import os
 import stat
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,15 +297,17 @@ class _Opaque:
 _Obj = Union[_Mod, _Func, _Class, _Instance, _External, _Opaque]
 
 _PARSE_CACHE: "OrderedDict[str, ast.Module | None]" = OrderedDict()
-_PARSE_CACHE_MAX = 1024
+_PARSE_CACHE_MAX = 256  # parsed modules kept (a cell needs ~40; bounded memory)
 _INDEXES: "OrderedDict[str, _Index]" = OrderedDict()
 _INDEXES_MAX = 4
+_LOCK = threading.RLock()  # the caches and an index's overlay are shared state
 
 
 def clear_cache() -> None:
     """Forget every parsed module (tests use this; the cache is otherwise bounded)."""
-    _PARSE_CACHE.clear()
-    _INDEXES.clear()
+    with _LOCK:
+        _PARSE_CACHE.clear()
+        _INDEXES.clear()
 
 
 def _parse_cached(source: bytes, filename: str) -> ast.Module | None:
@@ -1610,7 +1613,12 @@ def check_sources(files: dict[str, str], vllm_root: Path) -> CheckReport:
     with the given sources taking the place of what is on disk.  Raises FileNotFoundError
     when there is no ``vllm`` package under ``vllm_root``.
     """
-    index = _index_for(Path(vllm_root))
+    with _LOCK:
+        return _check_sources(files, Path(vllm_root))
+
+
+def _check_sources(files: dict[str, str], vllm_root: Path) -> CheckReport:
+    index = _index_for(vllm_root)
     index.generation += 1
     if index.module(ROOT_PACKAGE) is None:
         raise FileNotFoundError(f"no '{ROOT_PACKAGE}' package under {vllm_root}")
