@@ -47,6 +47,7 @@ BASE_FILES = (
     "speculators/data_generation/custom_worker.py",
 )
 SHIM_GLOB = "_vllm_compat*.py"
+APPLY_TIMEOUT = 600  # seconds; a hung apply fails its cell instead of the whole run
 
 
 def engine_available(python: str) -> bool:
@@ -111,7 +112,7 @@ def run_cell(spec: str, vllm: str, apply: bool, python: str, keep: Path | None) 
             proc = subprocess.run(
                 [python, "-m", "vllm_compat", "apply", "--site-packages", str(site),
                  "--allow-unsupported"],
-                cwd=REPO, env=_env(), capture_output=True, text=True)
+                cwd=REPO, env=_env(), capture_output=True, text=True, timeout=APPLY_TIMEOUT)
             rec["apply_rc"] = proc.returncode
             rec["apply_output"] = (proc.stdout + proc.stderr)[-4000:]
             if proc.returncode != 0:
