@@ -176,6 +176,9 @@ def _cmd_run(a: argparse.Namespace) -> int:
         print("eagle3 run: give CONFIG.toml, --tiny or --example-config", file=sys.stderr)
         return ExitCode.USAGE
     r = run_pipeline(cfg, force=a.force)
+    if r.extract:
+        e = r.extract
+        print(f"extract: {e.written} samples written, {e.skipped} already done ({e.output})")
     if r.skipped:
         print(f"skipped (already complete): {', '.join(r.skipped)}")
     _print_losses(r.checkpoint, r.losses)

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 N_ROWS = 24
+_UNTRAINABLE: dict[Path, str] = {}  # sites whose training classes failed the probe (probed once)
 
 
 def _run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -127,6 +128,8 @@ def train_site(patched_site) -> Path:
     Training needs speculators' config classes to work under the installed transformers.
     When they do not (a catalog patch is missing), the tests are skipped with the exact error."""
     site = Path(os.environ.get("EAGLE3_TRAIN_SITE", patched_site))
+    if site in _UNTRAINABLE:
+        pytest.skip(_UNTRAINABLE[site])
     probe = (
         "from eagle3_runner.train import draft_layer_config, _import_speculators\n"
         "sp = _import_speculators()\n"
@@ -135,11 +138,14 @@ def train_site(patched_site) -> Path:
     )
     from eagle3_runner.tiny import build_tiny_llama
 
-    model = build_tiny_llama(site.parent / "probe-llama") if not (site.parent / "probe-llama").exists() else site.parent / "probe-llama"
+    model = site.parent / "probe-llama"
+    if not model.exists():
+        build_tiny_llama(model)
     proc = subprocess.run([sys.executable, "-c", probe % str(model)], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(site)}, cwd=ROOT, timeout=300)
     if proc.returncode:
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "?"
-        pytest.skip(f"speculators' Eagle3SpeculatorConfig cannot be built in {site} under this transformers "
-                    f"(catalog patch missing): {last}")
+        _UNTRAINABLE[site] = (f"speculators' Eagle3SpeculatorConfig cannot be built in {site} under this "
+                              f"transformers (catalog patch missing): {last}")
+        pytest.skip(_UNTRAINABLE[site])
     return site

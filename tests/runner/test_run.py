@@ -1,0 +1,60 @@
+"""``eagle3 run`` configuration handling, the CLI's exit codes, and the tiny model builders."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from eagle3_runner.cli import main
+from eagle3_runner.errors import BadInput
+from eagle3_runner.run import example_config, load_config
+
+
+def test_example_config_is_complete_and_loads(tmp_path, capsys):
+    assert main(["run", "--example-config"]) == 0
+    text = capsys.readouterr().out
+    assert text == example_config()
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    cfg = load_config(path)
+    assert cfg.workdir == tmp_path / "runs/llama-8b"
+    assert cfg.data == tmp_path / "data/chat.jsonl" and cfg.seq_length == 2048
+    assert cfg.extract["backend"] == "vllm" and cfg.vocab["draft_vocab_size"] == 32000
+    assert cfg.train["steps"] == 1000 and cfg.train["nproc"] == 1
+
+
+def test_config_errors_are_bad_input(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text('workdir = "w"\nmodel = "m"\n[prepare]\ndata = "d"\n[vocab]\ndraft_vocab_size = 8\n[train]\nstep = 3\n')
+    with pytest.raises(BadInput, match=r"unknown key\(s\) \['step'\] in \[train\]"):
+        load_config(path)
+    path.write_text("workdir = \n")
+    assert main(["run", str(path)]) == 3
+    assert "not valid TOML" in capsys.readouterr().err
+    assert main(["run"]) == 2
+
+
+def _digest(folder) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("arch", ["llama", "deepseek_v2"])
+def test_tiny_builders_are_deterministic_and_load(tmp_path, arch):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from eagle3_runner.tiny import BUILDERS
+
+    a = BUILDERS[arch](tmp_path / "a", seed=1)
+    b = BUILDERS[arch](tmp_path / "b", seed=1)
+    c = BUILDERS[arch](tmp_path / "c", seed=2)
+    assert _digest(a) == _digest(b)
+    assert _digest(a)["model.safetensors"] != _digest(c)["model.safetensors"]
+    model = AutoModelForCausalLM.from_pretrained(str(a))
+    assert model.dtype == (torch.float32 if arch == "llama" else torch.bfloat16)
+    assert sum(p.numel() for p in model.parameters()) < 6_000_000
+    tok = AutoTokenizer.from_pretrained(str(a))
+    assert len(tok) == 512 and tok.pad_token_id is not None and tok.eos_token_id is not None
+    out = model.generate(**tok("Tell me about tea.", return_tensors="pt"), max_new_tokens=4, do_sample=False)
+    assert out.shape[1] > 4
