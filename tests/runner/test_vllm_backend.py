@@ -41,6 +41,33 @@ def test_preflight_refuses_unpatched_site_and_prints_the_fix(runner_root, tiny_l
     assert verify_patch_state(site).result == "ok"
 
 
+def test_preflight_refuses_site_without_vllm(tiny_llama, small_tokens, tmp_path, capsys):
+    """A ``pip install --target`` site holding only speculators: vllm-compat cannot see vLLM
+    there, so its verify passes vacuously; the preflight refuses and its command fixes it."""
+    import upstream
+    from vllm_compat import api
+    from vllm_compat.target import Target
+
+    from eagle3_runner.cli import main
+    from eagle3_runner.preflight import verify_patch_state
+
+    try:
+        whl = upstream.wheel("speculators", "0.3.0")
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"patched site not buildable: cannot fetch the speculators 0.3.0 wheel ({exc})")
+    site = upstream.unpack(whl, tmp_path / "site")
+    api.apply(Target.resolve(str(site)))
+    assert api.verify(Target.resolve(str(site))).code == api.Exit.OK  # vacuous
+    code = main(["extract", "--model", str(tiny_llama), "--input", str(small_tokens), "--output",
+                 str(tmp_path / "o"), "--site-packages", str(site)])
+    err = capsys.readouterr().err
+    assert code == 4 and "sees no vLLM" in err, err
+    fix = next(line.strip() for line in err.splitlines() if line.strip().startswith("ln -s "))
+    subprocess.run(fix, shell=True, check=True, capture_output=True)
+    state = verify_patch_state(site)
+    assert "speculators.capture_convention" in state.applied
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype,tolerance", [("float32", 1e-3), ("bfloat16", 2e-2)])
 def test_vllm_backend_equals_hf(patched_site, tiny_llama, small_tokens, tmp_path, dtype, tolerance):
