@@ -39,3 +39,9 @@ def full_site(pristine_full, tmp_path) -> Path:
 def site(pristine_lean, tmp_path) -> Path:
     """A fresh writable copy of the lean pristine site."""
     return kit.copy_site(pristine_lean, tmp_path / "site-packages")
+
+
+@pytest.fixture
+def patched(reference, tmp_path) -> Path:
+    """A fresh copy of the lean site after one uninterrupted ``apply`` (shared, never modified)."""
+    return kit.copy_site(reference.patched_site, tmp_path / "site-packages")

@@ -36,13 +36,6 @@ def refused(site: Path, args: tuple[str, ...], code: int, words: tuple[str, ...]
             assert a == b, f"{args} changed {root}"
 
 
-@pytest.fixture
-def patched(site: Path) -> Path:
-    res = cli(site, "apply")
-    assert res.returncode == 0, show(res)
-    return site
-
-
 def _outside(tmp_path: Path) -> Path:
     out = tmp_path / "outside.py"
     out.write_text("SECRET = 1\n")
@@ -178,3 +171,23 @@ def test_no_speculators_installed(tmp_path: Path) -> None:
     assert ver.returncode != 0, "verify passes on a site without speculators\n" + show(ver)
     assert "speculators" in ver.stdout + ver.stderr
     assert not kit.snapshot_diff(before, kit.snapshot(site))
+
+
+def test_speculators_uninstalled_after_apply(patched: Path) -> None:
+    kit.pip_uninstall(patched, kit.dist_info_of(patched, "speculators"))
+    ver = cli(patched, "verify")
+    assert ver.returncode == 12 and "speculators was uninstalled" in ver.stdout, show(ver)
+
+
+@pytest.mark.parametrize("what", ["manifest", "journal"])
+def test_corrupt_state(patched: Path, what: str) -> None:
+    if what == "manifest":
+        (patched / STATE / "manifest.json").write_text('{"format": 1, "files": ')
+        cmds = (("verify",), ("status",), ("apply",), ("revert",), ("revert", "--force"))
+        words = ("corrupt manifest",)
+    else:  # a journal edited by hand (atomic writes never tear it)
+        (patched / STATE / "journal.json").write_text('{"files": [')
+        cmds = (("apply",), ("revert",))
+        words = ("unreadable journal",)
+    for args in cmds:
+        refused(patched, args, ENV, words)

@@ -61,8 +61,9 @@ def test_fresh_apply(full_site: Path) -> None:
     assert "eos_token_id=" not in text.split("Request(", 1)[1].split(")", 1)[0]
 
 
-def test_reapply_is_a_noop(site: Path) -> None:
-    assert cli(site, "apply").returncode == 0
+def test_reapply_is_a_noop(patched: Path) -> None:
+    site = patched
+    assert cli(site, "verify").returncode == 0
     before = kit.snapshot(site)
     res = cli(site, "apply")
     assert res.returncode == 0, show(res)
@@ -84,8 +85,9 @@ def test_dry_run_writes_nothing(site: Path) -> None:
     assert not diff, "dry run wrote:\n" + "\n".join(diff)
 
 
-def test_speculators_upgrade_is_stale_then_reapplies(site: Path) -> None:
-    assert cli(site, "apply").returncode == 0
+def test_speculators_upgrade_is_stale_then_reapplies(patched: Path) -> None:
+    site = patched
+    assert cli(site, "verify").returncode == 0
     kit.upgrade_speculators(site, "0.4.0")
     assert kit.dist_info_of(site, "speculators").name == "speculators-0.4.0.dist-info"
     ver = cli(site, "verify")
@@ -126,8 +128,9 @@ def test_vllm_upgrade_is_stale(tmp_path: Path) -> None:
     assert ver.returncode == 0, show(ver)
 
 
-def test_hand_edit_drifts_and_force_revert(site: Path) -> None:
-    assert cli(site, "apply").returncode == 0
+def test_hand_edit_drifts_and_force_revert(patched: Path) -> None:
+    site = patched
+    assert cli(site, "verify").returncode == 0
     gen = site / kit.GENERATOR
     gen.write_text(gen.read_text() + "\n# my local tweak\n")
     ver = cli(site, "verify")
