@@ -41,9 +41,19 @@ def _run(cmd: list[str], log, **kw) -> int:
     return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, **kw).returncode
 
 
-def ensure_venv(version: str, log) -> Path:
+def _main_transformers() -> str | None:
+    """transformers version of the environment running this script (the main .venv)."""
+    try:
+        import importlib.metadata
+
+        return importlib.metadata.version("transformers")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def ensure_venv(version: str, log, transformers: str | None = None) -> Path:
     venv = CACHE / f"venv-vllm-{version}"
-    stamp = venv / ".sweep-ready"
+    stamp = venv / f".sweep-ready-{transformers or 'latest'}"
     py = venv / "bin" / "python"
     if stamp.exists():
         return py
@@ -56,6 +66,8 @@ def ensure_venv(version: str, log) -> Path:
     _run([str(py), "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"], log)
     if _run([*pip, *SPECULATORS_DEPS], log):
         raise RuntimeError("installing speculators' dependencies failed")
+    if transformers and _run([*pip, f"transformers=={transformers}"], log):
+        raise RuntimeError(f"installing transformers=={transformers} failed")
     if _run([*pip, "-e", f"{ROOT}[test]"], log):
         raise RuntimeError("installing vllm-compat failed")
     stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -77,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("versions", nargs="*", default=list(DEFAULT))
     ap.add_argument("--main", action="store_true", help="also run the main .venv")
     ap.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k llama'")
+    ap.add_argument("--transformers", default=_main_transformers(),
+                    help="transformers version to pin (default: the running environment's; "
+                         "'latest' for none). speculators 0.3.0/0.4.0 import "
+                         "transformers.modeling_attn_mask_utils, which transformers 5.24 lacks")
     args = ap.parse_args(argv)
     CACHE.mkdir(exist_ok=True)
     out_path = CACHE / "runtime-sweep.json"
@@ -93,13 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         with open(log_path, "w") as log:
             try:
-                python = py or ensure_venv(version, log)
+                pin = None if args.transformers in (None, "latest") else args.transformers
+                python = py or ensure_venv(version, log, pin)
                 setup_s = time.perf_counter() - t0
                 rc, summary = run_e2e(python, log, args.pytest_args.split())
             except Exception as exc:  # noqa: BLE001 - recorded per version
                 rc, summary, setup_s = 99, f"setup failed: {exc}", time.perf_counter() - t0
         total = time.perf_counter() - t0
         results[version] = {
+            "transformers": args.transformers,
             "rc": rc, "summary": summary, "setup_s": round(setup_s, 1), "total_s": round(total, 1),
             "log": str(log_path.relative_to(ROOT)),
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
