@@ -14,18 +14,19 @@ from typing import Any
 
 NAME = "eagle3_dense_mask_sdpa"
 
-_cache: dict[tuple[int, int, int, str], Any] = {}
+# The last dense mask, with the mask_mod it came from (held, so that its id cannot be reused by
+# another batch's mask_mod while cached).  Every decoder layer of one draft step reuses it.
+_last: dict[str, Any] = {}
 
 
 def _dense_mask(block_mask: Any, q_len: int, kv_len: int, device: Any) -> Any:
     from torch.nn.attention.flex_attention import create_mask
 
-    key = (id(block_mask.mask_mod), q_len, kv_len, str(device))
-    mask = _cache.get(key)
-    if mask is None:
-        _cache.clear()  # one step's masks at a time
-        mask = create_mask(block_mask.mask_mod, None, None, q_len, kv_len, device=device)
-        _cache[key] = mask
+    key = (q_len, kv_len, str(device))
+    if _last.get("mod") is block_mask.mask_mod and _last.get("key") == key:
+        return _last["mask"]
+    mask = create_mask(block_mask.mask_mod, None, None, q_len, kv_len, device=device)
+    _last.update(mod=block_mask.mask_mod, key=key, mask=mask)
     return mask
 
 
