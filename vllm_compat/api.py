@@ -417,10 +417,12 @@ def check(target: Target):
 
     plan = _plan(target)
     files = {}
-    for fs in plan.report.files:
-        data = _read(target, fs.path)
+    # Every file a catalog patch targets (not only those patched for this vLLM): an unpatched
+    # file that calls vLLM must bind too.
+    for rel in sorted({f.path for f in plan.report.files} | {r for p in plan.catalog.patches for r in p.files}):
+        data = _read(target, rel)
         if data is not None:
-            files[fs.path] = data.decode("utf-8", "replace")
+            files[rel] = data.decode("utf-8", "replace")
     return check_sources(files, Path(_vllm_root(target)))
 
 
