@@ -52,15 +52,19 @@ def load() -> Catalog:
     import patches  # noqa: PLC0415
 
     root = Path(patches.__file__).parent
-    before = len(registered())
+    modules = []
     for sub in sorted(os.listdir(root)):
         pkg = root / sub
         if sub.startswith(("_", ".")) or sub == "shims" or not (pkg / "__init__.py").is_file():
             continue
         for name in sorted(os.listdir(pkg)):
             if name.endswith(".py") and not name.startswith("_"):
-                importlib.import_module(f"patches.{sub}.{name[:-3]}")
-    found = registered()[before:] or registered()  # re-loading: modules were imported already
+                modules.append(f"patches.{sub}.{name[:-3]}")
+                importlib.import_module(modules[-1])
+    # Only what the modules on disk now registered (a module imported earlier in this process
+    # registered then, and is not imported again).
+    wanted = set(modules)
+    found = [p for p in registered() if p.module in wanted]
     return Catalog(_ordered(_validated(found)), dict(getattr(patches, "SUPPORTED", {})), root)
 
 

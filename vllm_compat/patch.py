@@ -194,10 +194,11 @@ class Patch:
 _REGISTRY: list[Patch] = []
 
 
-def register(patch: Patch, module: str = "") -> Patch:
-    """Record ``patch`` in the catalog; catalog modules call this at import time."""
-    if module:
-        patch = Patch(**{**patch.__dict__, "module": module})
+def register(patch: Patch, module: str) -> Patch:
+    """Record ``patch`` in the catalog; catalog modules call ``register(Patch(...), __name__)``
+    at import time.  Registering again from the same module (a reload) replaces its patch."""
+    patch = Patch(**{**patch.__dict__, "module": module})
+    _REGISTRY[:] = [p for p in _REGISTRY if (p.module, p.id) != (module, patch.id)]
     _REGISTRY.append(patch)
     return patch
 
