@@ -71,9 +71,8 @@ def verify_patch_state(site: Path) -> PatchState:
     result = report.code.name.lower()
     applied = tuple(p.id for p in report.patches if p.state == "applied")
     if report.code != api.Exit.OK:
-        detail = "; ".join(
-            f"{p.id}: {p.state}" for p in report.patches if p.state not in ("applied", "not-applicable", "obsolete")
-        )
+        bad = [f"{p.id}: {p.state}" for p in report.patches if p.state not in ("applied", "not-applicable", "obsolete")]
+        detail = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
         raise RunnerError(
             f"the speculators site {site} does not verify ({result}){': ' + detail if detail else ''}",
             ExitCode.PATCH_STATE,
