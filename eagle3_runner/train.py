@@ -333,8 +333,11 @@ def load_draft(checkpoint: Path) -> Any:
     model = sp["Eagle3DraftModel"](config=config, t2d=state["t2d"].bool(), d2t=state["d2t"].long())
     floats = {k: v.to(model.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()}
     missing, unexpected = model.load_state_dict(floats, strict=False)
-    if unexpected or set(missing) - {"verifier_lm_head.weight", "embed_tokens.weight"}:
-        raise BadInput(f"{checkpoint}: unexpected keys {unexpected}, missing {missing}")
+    # the verifier's parts (embeddings, teacher head, ...) are not saved: speculators' own lists
+    not_saved = set(getattr(model, "_keys_to_ignore_on_save", None) or ()) | set(
+        getattr(model, "_keys_to_ignore_on_load_missing", None) or ())
+    if unexpected or set(missing) - not_saved:
+        raise BadInput(f"{checkpoint}: unexpected keys {unexpected}, missing {sorted(set(missing) - not_saved)}")
     return model
 
 
