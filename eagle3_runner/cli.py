@@ -46,7 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tensor-parallel-size", type=int, default=1)
     s.add_argument("--shard", help="I/N: take token lines with index %% N == I (round-robin)")
     s.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto")
-    s.add_argument("--backend", choices=("vllm", "hf"), default="vllm")
+    s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm",
+                   help="vllm: the patched speculators generator; vllm-fast: vLLM's LLM API with a worker "
+                        "extension that writes files in the worker (GPU speed); hf: transformers")
+    s.add_argument("--fsync-each", action="store_true", help="vllm-fast: fsync every file (default: one sync at the end)")
     s.add_argument("--site-packages", help="folder holding the patched speculators (default: found on sys.path)")
     s.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
 
@@ -79,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--example-config", action="store_true", help="print a complete, commented example config")
     s.add_argument("--tiny", action="store_true", help="build a tiny Llama and chat set offline and run on them")
     s.add_argument("--workdir", type=Path, default=Path("runs/tiny"), help="with --tiny (default runs/tiny)")
-    s.add_argument("--backend", choices=("vllm", "hf"), default="vllm", help="with --tiny: extract backend")
+    s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm", help="with --tiny: extract backend")
     s.add_argument("--steps", type=int, default=30, help="with --tiny: training steps")
     s.add_argument("--force", action="store_true", help="redo every step")
     return p
@@ -109,7 +112,7 @@ def _cmd_extract(a: argparse.Namespace) -> int:
         model=a.model, input=a.input, output=a.output, layers=a.layers, batch_size=a.batch_size,
         max_model_len=a.max_model_len, tensor_parallel_size=a.tensor_parallel_size, shard=parse_shard(a.shard),
         dtype=a.dtype, backend=a.backend, site_packages=a.site_packages,
-        gpu_memory_utilization=a.gpu_memory_utilization,
+        gpu_memory_utilization=a.gpu_memory_utilization, fsync_each=a.fsync_each,
     ))
     rate = f", {r.written / r.seconds:.1f} samples/s, {r.tokens / r.seconds:,.0f} tokens/s" if r.seconds else ""
     print(f"{r.output}: {r.written} written, {r.skipped} already done, {len(r.bad)} bad of {r.total} "

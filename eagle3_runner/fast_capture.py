@@ -650,6 +650,7 @@ class CaptureWorkerExtension:
         info["num_hidden_layers"] = self._fc.num_hidden_layers
         info["device"] = str(self._fc.device)
         info["hidden_size"] = int(self.vllm_config.model_config.get_hidden_size())
+        info["dtype"] = str(self.vllm_config.model_config.dtype).removeprefix("torch.")
         return info
 
     def fc_register(self, jobs: list) -> int:

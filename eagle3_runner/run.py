@@ -42,7 +42,7 @@ data = "data/chat.jsonl"          # JSON lines {"messages": [{"role": ..., "cont
 seq_length = 2048                 # truncate conversations to this many tokens
 
 [extract]
-backend = "vllm"                  # "vllm" (speculators' generator, patched) or "hf" (transformers)
+backend = "vllm"                  # "vllm" (speculators' generator, patched), "vllm-fast" (worker writes files) or "hf"
 # layers = [2, 16, 29, 32]        # default [2, N//2, N-3, N]; id N = last layer before the final norm
 batch_size = 8                    # prompts per generator call
 # max_model_len = 2080            # default: longest row + 1, rounded up to 32

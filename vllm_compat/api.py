@@ -119,10 +119,17 @@ def _unsupported(catalog, dists: dict[str, Dist | None]) -> tuple[str, ...]:
     from .versions import matches  # noqa: PLC0415
 
     out = []
+    targets_present = any(dists.get(p.target) is not None for p in catalog.patches)
     for pkg, spec in catalog.supported.items():
         d = dists.get(pkg)
         if d is not None and not matches(spec, d.version):
             out.append(f"{pkg} {d.version} is outside the proven range {spec}")
+        elif d is None and targets_present and any(pkg in p.requires for p in catalog.patches):
+            # Patches react to this dependency's version: without it they cannot be decided, and
+            # "nothing applies" would make verify pass vacuously (e.g. a `pip install --target`
+            # folder holding speculators while vLLM lives in the environment).
+            out.append(f"{pkg} is not installed in this site-packages, so the patches that depend on it "
+                       f"cannot be decided: manage the environment that holds both")
     return tuple(out)
 
 
