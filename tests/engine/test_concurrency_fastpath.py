@@ -17,6 +17,8 @@ def _runs(trace: Path) -> list[tuple[int, list[str]]]:
     runs: list[tuple[int, list[str]]] = []
     for line in trace.read_text().splitlines():
         pid, op, path, _ = line.split(" ")
+        if op == "mkdir" and path.endswith(".vllm_compat"):
+            continue  # made before taking the lock (the lock file lives in it): not a locked write
         if runs and runs[-1][0] == int(pid):
             runs[-1][1].append(f"{op} {path}")
         else:
