@@ -7,8 +7,9 @@ ways that break speculators' pydantic-and-transformers hybrid ``SpeculatorModelC
   define its own, so ``Eagle3SpeculatorConfig(...)`` skips ``SpeculatorModelConfig.__init__``
   (which initializes the pydantic side first) and fails with
   ``AttributeError: __pydantic_fields_set__``.  Fix: give ``Eagle3SpeculatorConfig`` its own
-  ``__init__`` that defers to the parent (after building the pydantic schema, which could not
-  be built when the class was created: ``PretrainedConfig``'s annotations name ``torch``).
+  ``__init__`` that defers to the parent, and build its pydantic schema once the package has
+  the class (it cannot be built while the class is created: ``PretrainedConfig``'s
+  annotations name ``torch``), before ``from_pretrained`` validates with it.
 * ``save_pretrained`` calls ``self.validate()``; pydantic's deprecated ``BaseModel.validate(value)``
   classmethod comes first in the MRO and rejects the call.  Fix: a ``validate`` method on
   ``SpeculatorModelConfig`` that runs ``PretrainedConfig.validate``.
@@ -18,10 +19,11 @@ never called there), so the patch has no transformers range: a ``pip install --t
 may not hold transformers at all, and the fix must still be in place for training.
 """
 
-from vllm_compat.patch import Patch, ReplaceDef, register
+from vllm_compat.patch import InsertAfter, Patch, ReplaceDef, register
 
 CONFIG = "speculators/config.py"
 EAGLE3_CONFIG = "speculators/models/eagle3/config.py"
+EAGLE3_INIT = "speculators/models/eagle3/__init__.py"
 
 register(Patch(
     id="speculators.transformers5_config_init",
@@ -43,13 +45,17 @@ def validate(self, *args, **kwargs):
         ReplaceDef(EAGLE3_CONFIG, "Eagle3SpeculatorConfig.__init__", create=True, new='''
 def __init__(self, **kwargs):
     # Defined here so transformers 5's __init_subclass__ does not replace it: the parent
-    # initializes the pydantic fields first.  The schema could not be built when the class
-    # was created (PretrainedConfig's annotations name torch): build it now.
-    if not type(self).__pydantic_complete__:
-        import torch
-
-        type(self).model_rebuild(force=True, _types_namespace={"torch": torch})
+    # initializes the pydantic fields first.
     super().__init__(**kwargs)
 '''),
+        # The schema cannot be built while the class is created (PretrainedConfig's
+        # annotations name torch, imported there only for type checking): build it as soon as
+        # the package has the class, before anything validates with it (from_pretrained).
+        InsertAfter(
+            EAGLE3_INIT, "",
+            after="from speculators.models.eagle3.config import Eagle3SpeculatorConfig",
+            new='import torch as _torch\n\n'
+                'Eagle3SpeculatorConfig.model_rebuild(force=True, _types_namespace={"torch": _torch})',
+        ),
     ),
 ), __name__)
