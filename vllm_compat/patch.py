@@ -84,7 +84,8 @@ class InsertAfter(Edit):
     """Insert the statements ``new`` right after the statement equal to ``after``.
 
     ``after=""`` inserts after the imports at the top of ``scope`` (module scope) or after
-    the docstring (function scope).  A no-op where ``new`` is already present there.
+    the docstring (function scope).  A no-op where ``new``'s first statement already follows
+    the anchor (so a later patch may rewrite the rest of the insertion).
     """
 
     after: str = ""
