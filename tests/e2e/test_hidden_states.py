@@ -27,8 +27,9 @@ CASES = ("one", "ragged3", "ragged12", "ragged12_again", "chunked")
                 ids=lambda p: f"speculators{p[0]}-{p[1]}")
 def run(request, sites, tiny_models, e2e_root):
     speculators, model = request.param
-    if model == "deepseek_v2" and cpu_mla_unsupported():
-        pytest.skip(f"vllm {vllm_version()}: its CPU platform does not run MLA (DeepseekV2) models")
+    reason = cpu_mla_unsupported() if model == "deepseek_v2" else None
+    if reason:
+        pytest.skip(reason)
     site, applied = sites[speculators]
     kwargs, prompts = cases(speculators)
     data = run_generator(site, tiny_models[model], kwargs, prompts,
