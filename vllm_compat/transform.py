@@ -97,11 +97,20 @@ class _ScopedTransformer(cst.CSTTransformer):
         return updated
 
 
-def _find_run(ctx: _Ctx, body: Sequence[cst.CSTNode], want: list[str]) -> list[int]:
+def _kind(node: cst.CSTNode) -> tuple[str, ...]:
+    """A cheap shape of a statement (its type, or the types of a line's small statements):
+    equal ASTs have equal shapes, so only statements of the wanted shape are dumped."""
+    if isinstance(node, cst.SimpleStatementLine):
+        return tuple(type(s).__name__ for s in node.body)
+    return (type(node).__name__,)
+
+
+def _find_run(ctx: _Ctx, body: Sequence[cst.CSTNode], want: list[str], kinds: list[tuple[str, ...]]) -> list[int]:
     """Start indexes of the runs of statements in ``body`` whose dumps equal ``want``."""
     n = len(want)
-    dumps = [ctx.stmt_dump(s) for s in body]
-    return [i for i in range(len(body) - n + 1) if dumps[i : i + n] == want]
+    have = [_kind(s) for s in body]
+    return [i for i in range(len(body) - n + 1)
+            if have[i : i + n] == kinds and [ctx.stmt_dump(s) for s in body[i : i + n]] == want]
 
 
 class _StmtEditor(_ScopedTransformer):
@@ -112,10 +121,11 @@ class _StmtEditor(_ScopedTransformer):
         self.edit = edit
         self.new_nodes = _stmt_nodes(edit.new)
         self.new_dump = [_dump_stmts(ctx.module.code_for_node(s)) for s in self.new_nodes]
-        if isinstance(edit, ReplaceStmt):
-            self.old_dump = [_dump_stmts(c) for c in _split_top(edit.old)]
-        else:
-            self.old_dump = [_dump_stmts(c) for c in _split_top(edit.after)] if edit.after else []
+        self.new_kinds = [_kind(s) for s in self.new_nodes]
+        old = edit.old if isinstance(edit, ReplaceStmt) else edit.after
+        old_nodes = _stmt_nodes(old) if old else []
+        self.old_dump = [_dump_stmts(ctx.module.code_for_node(s)) for s in old_nodes]
+        self.old_kinds = [_kind(s) for s in old_nodes]
         self.matches = 0
         self.present = 0
 
@@ -123,10 +133,10 @@ class _StmtEditor(_ScopedTransformer):
         body = list(body)
         if not self.in_scope():
             return body
-        self.present += len(_find_run(self.ctx, body, self.new_dump))
+        self.present += len(_find_run(self.ctx, body, self.new_dump, self.new_kinds))
         if isinstance(self.edit, ReplaceStmt):
             out, i = [], 0
-            starts = set(_find_run(self.ctx, body, self.old_dump))
+            starts = set(_find_run(self.ctx, body, self.old_dump, self.old_kinds))
             while i < len(body):
                 if i in starts:
                     self.matches += 1
@@ -139,9 +149,9 @@ class _StmtEditor(_ScopedTransformer):
             return out
         # InsertAfter
         if self.old_dump:
-            points = [i + len(self.old_dump) for i in _find_run(self.ctx, body, self.old_dump)]
+            points = [i + len(self.old_dump) for i in _find_run(self.ctx, body, self.old_dump, self.old_kinds)]
         elif top:
-            already = _find_run(self.ctx, body, self.new_dump)
+            already = _find_run(self.ctx, body, self.new_dump, self.new_kinds)
             points = [] if already else [_after_preamble(body, module=not self.ctx.scope)]
             self.matches += bool(already)
         else:
@@ -150,7 +160,7 @@ class _StmtEditor(_ScopedTransformer):
             self.matches += 1
             # The insertion is recognised by its first statement, so a later patch (ordered
             # `after` this one) may rewrite the rest without breaking t(t(x)) == t(x).
-            if [self.ctx.stmt_dump(s) for s in body[p : p + 1]] != self.new_dump[:1]:
+            if not _find_run(self.ctx, body[p : p + 1], self.new_dump[:1], self.new_kinds[:1]):
                 body[p:p] = self.new_nodes
         return body
 
@@ -173,12 +183,6 @@ class _StmtEditor(_ScopedTransformer):
         if self.ctx.scope and not self.old_dump:
             return updated
         return updated.with_changes(body=self._edit_body(updated.body, top=not self.ctx.scope))
-
-
-def _split_top(code: str) -> list[str]:
-    """Top-level statements of ``code`` as separate snippets (for run matching)."""
-    mod = cst.parse_module(textwrap.dedent(code).strip() + "\n")
-    return [mod.code_for_node(s.with_changes(leading_lines=())) for s in mod.body]
 
 
 def _after_preamble(body: Sequence[cst.CSTNode], module: bool) -> int:
@@ -300,11 +304,45 @@ class _KeywordEditor(_ScopedTransformer):
         return updated.with_changes(args=args)
 
 
-def _apply_one(module: cst.Module, edit: Edit, patch_id: str) -> cst.Module:
-    ctx = _Ctx(module, tuple(edit.scope.split(".")) if edit.scope else (), {})
+def _visit(module: cst.Module, scope: tuple[str, ...], transformer: _ScopedTransformer) -> cst.Module:
+    """``module.visit(transformer)``, traversing only the subtree of the def/class named by
+    ``scope`` (a whole-module traversal per edit was most of apply's time)."""
+    nodes: list[cst.CSTNode] = [module]
+    chain: list[int] = []
+    body: Sequence[cst.CSTNode] = module.body
+    for name in scope:
+        index = next((i for i, n in enumerate(body)
+                      if isinstance(n, (cst.ClassDef, cst.FunctionDef)) and n.name.value == name), None)
+        if index is None or not isinstance(body[index].body, cst.IndentedBlock):  # type: ignore[union-attr]
+            return module.visit(transformer)  # let the edit report what it cannot find
+        chain.append(index)
+        nodes.append(body[index])
+        body = body[index].body.body  # type: ignore[union-attr]
+    if not scope:
+        return module.visit(transformer)
+    transformer.stack = list(scope[:-1])
+    new: object = nodes[-1].visit(transformer)
+    for parent, index in zip(reversed(nodes[:-1]), reversed(chain)):
+        replacement = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
+        if isinstance(parent, cst.Module):
+            items = list(parent.body)
+            items[index : index + 1] = replacement
+            new = parent.with_changes(body=items)
+        else:
+            block = parent.body  # type: ignore[attr-defined]
+            items = list(block.body)
+            items[index : index + 1] = replacement
+            new = parent.with_changes(body=block.with_changes(body=items))
+    return new  # type: ignore[return-value]
+
+
+def _apply_one(module: cst.Module, edit: Edit, patch_id: str, cache: dict | None = None) -> cst.Module:
+    # ``cache`` is shared by the edits of one file: libcst reuses unchanged nodes, so most
+    # statements' dumps carry over from one edit to the next.
+    ctx = _Ctx(module, tuple(edit.scope.split(".")) if edit.scope else (), {} if cache is None else cache)
     if isinstance(edit, ReplaceDef):
         t = _DefReplacer(ctx, edit)
-        out = module.visit(t)
+        out = _visit(module, ctx.scope[:-1], t)
         if t.found:
             return out
         if not edit.create:
@@ -313,19 +351,19 @@ def _apply_one(module: cst.Module, edit: Edit, patch_id: str) -> cst.Module:
         return _apply_one(module, InsertAfter(edit.file, parent, _last_stmt(module, parent), edit.new), patch_id)
     if isinstance(edit, (AddKeyword, RemoveKeyword)):
         t4 = _KeywordEditor(ctx, edit)
-        out = module.visit(t4)
+        out = _visit(module, ctx.scope, t4)
         if not t4.calls:
             raise TransformError(patch_id, edit.file, f"no call of {edit.call} in {edit.scope or 'module'}")
         return out
     if isinstance(edit, ReplaceExpr):
         t2 = _ExprEditor(ctx, edit)
-        out = module.visit(t2)
+        out = _visit(module, ctx.scope, t2)
         if not t2.matches and not t2.present:
             raise TransformError(patch_id, edit.file, f"expression not found in {edit.scope or 'module'}: {edit.old.strip()}")
         return out
     if isinstance(edit, (ReplaceStmt, InsertAfter)):
         t3 = _StmtEditor(ctx, edit)
-        out = module.visit(t3)
+        out = _visit(module, ctx.scope, t3)
         if isinstance(edit, ReplaceStmt):
             if t3.present and not t3.matches:
                 return module
@@ -353,8 +391,9 @@ def apply_edits(source: str, edits: Iterable[tuple[str, Edit]], filename: str = 
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise TransformError("-", filename, f"target does not parse: line {exc.raw_line}: {exc.message}") from exc
+    cache: dict = {}
     for patch_id, edit in edits:
-        module = _apply_one(module, edit, patch_id)
+        module = _apply_one(module, edit, patch_id, cache)
     out = module.code
     try:
         compile(out, filename, "exec", dont_inherit=True)
