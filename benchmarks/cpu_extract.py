@@ -40,7 +40,7 @@ prompts = [TokensPrompt(prompt_token_ids=r) for r in rows]
 t0 = time.perf_counter()
 llm.generate(prompts, SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False)
 dt = time.perf_counter() - t0
-print(json.dumps({"tokens": sum(map(len, rows)), "seconds": dt}))
+print("RESULT " + json.dumps({"tokens": sum(map(len, rows)), "seconds": dt}), flush=True)
 """
 
 
@@ -81,8 +81,13 @@ def main() -> int:
             fh.write(json.dumps({"input_ids": ids, "loss_mask": [1] * len(ids)}) + "\n")
     max_len = a.tokens + 32
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    floor = json.loads(subprocess.run([sys.executable, "-c", FLOOR, str(model), str(tokens), str(max_len)],
-                                      check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1])
+    proc = subprocess.run([sys.executable, "-c", FLOOR, str(model), str(tokens), str(max_len)],
+                          capture_output=True, text=True, env=env)
+    found = [line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode or not found:
+        print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
+        return proc.returncode or 1
+    floor = json.loads(found[-1])
     rows = [{"path": "LLM.generate(max_tokens=1) prefill", "tokens_per_s": floor["tokens"] / floor["seconds"]}]
     site = _site()
     for backend in ("vllm", "vllm-fast"):
