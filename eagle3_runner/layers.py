@@ -46,7 +46,15 @@ def hidden_size(config: Any) -> int:
 
 
 def default_layer_ids(n: int) -> list[int]:
-    return [2, n // 2, n - 3, n]
+    """``[2, N//2, N-3, N]``; for models so shallow that it repeats an id (N <= 6), the distinct
+    ``[1, N//2, N-2, N]``: vLLM drops repeated aux layer ids when it serves the draft, which then
+    fails on its first request (a shape error in ``combine_hidden_states``)."""
+    ids = [2, n // 2, n - 3, n]
+    if len(set(ids)) < len(ids):
+        ids = [1, n // 2, n - 2, n]
+    if len(set(ids)) < len(ids):
+        raise UsageError(f"no default layer ids for a {n}-layer model: give --layers with distinct ids")
+    return ids
 
 
 def parse_layer_ids(spec: str | Sequence[int] | None, n: int) -> list[int]:
@@ -69,6 +77,6 @@ def parse_layer_ids(spec: str | Sequence[int] | None, n: int) -> list[int]:
             f"id {n} is the last layer's output before the final norm)"
         )
     if len(set(ids)) != len(ids):
-        # e.g. the default for a 6-layer model, [2, 3, 3, 6]; vLLM's own default repeats too
-        logger.warning("layer ids %s repeat an id: that state is stored twice", ids)
+        raise UsageError(f"layer ids {ids} repeat an id: vLLM drops repeated aux layers when serving "
+                         f"the draft, so a draft trained on them cannot be served; give distinct ids")
     return ids

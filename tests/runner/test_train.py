@@ -65,7 +65,7 @@ def test_pipeline_tiny_llama_loss_decreases_and_checkpoint_loads(tmp_path, tiny_
     assert "checkpoint: " in p.stdout and "training loss (20 steps" in p.stdout
 
     info = _load_draft(run_cli, train_site, work / "checkpoint" / "0")
-    assert info == {"cls": "Eagle3DraftModel", "d2t": [256], "t2d": 256, "aux": [2, 3, 3],
+    assert info == {"cls": "Eagle3DraftModel", "d2t": [256], "t2d": 256, "aux": [1, 3, 4],
                     "verifier": str(tiny_llama)}
     from safetensors import safe_open
 
