@@ -244,15 +244,16 @@ def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_i
 
     from .fast_capture import make_llm, run_fast
 
-    started = time.monotonic()
     llm = make_llm(opts.model, max_model_len=max_len, tensor_parallel_size=opts.tensor_parallel_size,
                    dtype=opts.dtype, gpu_memory_utilization=opts.gpu_memory_utilization or _default_memory_share())
+    started = time.monotonic()  # rates exclude the engine start, as for the other backends
     try:
         summary = run_fast(llm, ((r.index, r.input_ids, r.loss_mask) for r in todo), out, layer_ids,
                            batch_size=opts.batch_size, resume=False, fsync=opts.fsync_each, max_model_len=max_len)
     finally:
         del llm
-    os.sync()
+    os.sync()  # counted: durable files are part of the job
+    result.seconds = time.monotonic() - started
     write_json(out / DATA_CONFIG, data_config | {
         "dtype": summary["setup"].get("dtype"),
         "max_model_len": max_len,
@@ -265,7 +266,6 @@ def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_i
     for index, why in [*summary.get("rejected", []), *summary.get("bad", [])]:
         result.bad.append((int(index), [str(why)]))
         logger.error("sample %s not written: %s", index, why)
-    result.seconds = time.monotonic() - started
     result.bad.sort()
     logger.info("vllm-fast: %d written, %.0f tokens/s end to end", result.written, result.tokens / max(result.seconds, 1e-9))
     return result
