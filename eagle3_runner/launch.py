@@ -16,6 +16,8 @@ logger = logging.getLogger(__name__)
 LAUNCHED = "EAGLE3_LAUNCHED_BY_TORCHRUN"
 
 
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
 def train_args(opts: TrainOptions) -> list[str]:
     """``eagle3 train`` arguments that reproduce ``opts``."""
     args = ["train"]
@@ -37,6 +39,10 @@ def torchrun_train(opts: TrainOptions, nproc: int) -> None:
     env = dict(os.environ)
     env[LAUNCHED] = "1"  # the ranks leave the printing to this process
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    # NVLink multicast stays off in every rank (it can take a shared host's GPUs down);
+    # setdefault: an explicit choice by the user wins.
+    for name, value in NO_MULTICAST.items():
+        env.setdefault(name, value)
     rc = subprocess.call(cmd, env=env)
     if rc != 0:
         code = ExitCode(rc) if rc in ExitCode._value2member_map_ else ExitCode.ENVIRONMENT
