@@ -194,6 +194,12 @@ COMMANDS = {"prepare": _cmd_prepare, "extract": _cmd_extract, "vocab": _cmd_voca
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose, args.quiet)
+    import os
+
+    from .launch import NO_MULTICAST
+
+    for name, value in NO_MULTICAST.items():  # inherited by vLLM's workers and torchrun's ranks
+        os.environ.setdefault(name, value)
     try:
         return int(COMMANDS[args.command](args))
     except RunnerError as exc:
