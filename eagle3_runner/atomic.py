@@ -18,7 +18,8 @@ from typing import IO, Any
 TMP_MARK = ".tmp-"
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: str | os.PathLike) -> None:
+    """Make a rename in ``folder`` durable (best effort: some filesystems refuse)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -47,7 +48,7 @@ def atomic_open(dest: Path, mode: str = "wb", encoding: str | None = None) -> It
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
 
 
 def write_bytes(dest: Path, data: bytes) -> None:

@@ -54,7 +54,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .atomic import TMP_MARK, clean_temporaries
+from .atomic import TMP_MARK, clean_temporaries, fsync_dir
 from .formats import existing_sample_ok, sample_path, sample_problems
 
 logger = logging.getLogger(__name__)
@@ -149,19 +149,6 @@ def write_sample_atomic(path: str | os.PathLike, sample: dict, mode: str = "raw"
             pass
         raise
     return nbytes
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def valid_sample_file(path: str | os.PathLike, input_ids: Sequence[int], num_layers: int, hidden_size: int) -> bool:
