@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,9 +61,11 @@ def _check_token_row(obj: Any, vocab_size: int | None) -> str | None:
     return None
 
 
-def read_token_rows(path: Path, vocab_size: int | None = None) -> list[TokenRow]:
-    """Read and check every row of a token file; all problems are reported at once (exit 3)."""
-    rows: list[TokenRow] = []
+def read_checked_lines(path: Path, check: Callable[[Any], str | None], what: str,
+                       blank_ok: bool = False) -> list[tuple[int, Any]]:
+    """``(line number, object)`` for every JSON line of ``path`` that ``check`` accepts; all
+    problems (bad JSON, rejected rows) are reported at once with their line numbers (exit 3)."""
+    out: list[tuple[int, Any]] = []
     problems: list[str] = []
     try:
         fh = Path(path).open(encoding="utf-8")
@@ -72,23 +74,30 @@ def read_token_rows(path: Path, vocab_size: int | None = None) -> list[TokenRow]
     with fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
-                problems.append(f"{path}:{lineno}: empty line")
+                if not blank_ok:
+                    problems.append(f"{path}:{lineno}: empty line")
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 problems.append(f"{path}:{lineno}: not valid JSON ({exc.msg})")
                 continue
-            why = _check_token_row(obj, vocab_size)
+            why = check(obj)
             if why:
                 problems.append(f"{path}:{lineno}: {why}")
                 continue
-            rows.append(TokenRow(lineno - 1, obj["input_ids"], obj["loss_mask"]))
+            out.append((lineno, obj))
     if problems:
-        raise BadInput(_summarize(problems, "malformed token rows"))
-    if not rows:
-        raise BadInput(f"{path} holds no token rows")
-    return rows
+        raise BadInput(_summarize(problems, f"malformed {what}"))
+    if not out:
+        raise BadInput(f"{path} holds no {what}")
+    return out
+
+
+def read_token_rows(path: Path, vocab_size: int | None = None) -> list[TokenRow]:
+    """Read and check every row of a token file; all problems are reported at once (exit 3)."""
+    rows = read_checked_lines(path, lambda obj: _check_token_row(obj, vocab_size), "token rows")
+    return [TokenRow(lineno - 1, obj["input_ids"], obj["loss_mask"]) for lineno, obj in rows]
 
 
 def _summarize(problems: Sequence[str], what: str, limit: int = 20) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from .atomic import atomic_open
 from .errors import BadInput, EnvironmentProblem
-from .formats import _summarize, freq_path_for, write_freq
+from .formats import freq_path_for, read_checked_lines, write_freq
 
 logger = logging.getLogger(__name__)
 
@@ -51,31 +51,8 @@ class PrepareResult:
 
 def read_chat_rows(path: Path) -> list[list[dict[str, str]]]:
     """Read and check every chat row; all problems are reported at once with line numbers."""
-    convs: list[list[dict[str, str]]] = []
-    problems: list[str] = []
-    try:
-        fh = Path(path).open(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    with fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue  # blank lines are allowed in chat files
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(f"{path}:{lineno}: not valid JSON ({exc.msg})")
-                continue
-            why = _check_chat_row(obj)
-            if why:
-                problems.append(f"{path}:{lineno}: {why}")
-                continue
-            convs.append([{"role": m["role"], "content": m["content"]} for m in obj["messages"]])
-    if problems:
-        raise BadInput(_summarize(problems, "malformed chat rows"))
-    if not convs:
-        raise BadInput(f"{path} holds no chat rows")
-    return convs
+    rows = read_checked_lines(path, _check_chat_row, "chat rows", blank_ok=True)  # blank lines allowed
+    return [[{"role": m["role"], "content": m["content"]} for m in obj["messages"]] for _, obj in rows]
 
 
 def _check_chat_row(obj: Any) -> str | None:
