@@ -68,6 +68,8 @@ def verify_patch_state(site: Path) -> PatchState:
         raise RunnerError(
             f"vllm-compat cannot verify {site}: {exc}", ExitCode.PATCH_STATE, hint=fix_command(site, "error")
         ) from None
+    if "vllm" not in report.versions:  # vllm-compat reports this as unsupported: say how to fix it
+        _require_vllm_visible(site)
     result = report.code.name.lower()
     applied = tuple(p.id for p in report.patches if p.state == "applied")
     if report.code != api.Exit.OK:
@@ -78,8 +80,6 @@ def verify_patch_state(site: Path) -> PatchState:
             ExitCode.PATCH_STATE,
             hint=f"fix it with:\n  {fix_command(site, result)}",
         )
-    if "vllm" not in report.versions:
-        _require_vllm_visible(site)
     logger.info("vllm-compat verify ok for %s (%d patches applied)", site, len(applied))
     return PatchState(site, result, dict(report.versions), applied)
 

@@ -43,7 +43,7 @@ def test_preflight_refuses_unpatched_site_and_prints_the_fix(runner_root, tiny_l
 
 def test_preflight_refuses_site_without_vllm(tiny_llama, small_tokens, tmp_path, capsys):
     """A ``pip install --target`` site holding only speculators: vllm-compat cannot see vLLM
-    there, so its verify passes vacuously; the preflight refuses and its command fixes it."""
+    there and calls the site unsupported; the preflight refuses and its command fixes it."""
     import upstream
     from vllm_compat import api
     from vllm_compat.target import Target
@@ -56,8 +56,10 @@ def test_preflight_refuses_site_without_vllm(tiny_llama, small_tokens, tmp_path,
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"patched site not buildable: cannot fetch the speculators 0.3.0 wheel ({exc})")
     site = upstream.unpack(whl, tmp_path / "site")
-    api.apply(Target.resolve(str(site)))
-    assert api.verify(Target.resolve(str(site))).code == api.Exit.OK  # vacuous
+    with pytest.raises(api.CommandError) as refused:
+        api.apply(Target.resolve(str(site)))
+    assert refused.value.code == api.Exit.UNSUPPORTED and "vllm is not installed" in str(refused.value)
+    assert api.verify(Target.resolve(str(site))).code == api.Exit.UNSUPPORTED  # never a vacuous pass
     code = main(["extract", "--model", str(tiny_llama), "--input", str(small_tokens), "--output",
                  str(tmp_path / "o"), "--site-packages", str(site)])
     err = capsys.readouterr().err
