@@ -20,7 +20,8 @@ from .store import FileRecord, Manifest, Store
 from .target import Dist, Target, TargetError, sha256_bytes, sha256_file
 
 __all__ = [
-    "ApplyResult", "Exit", "Report", "RevertResult", "apply", "diff", "revert", "status", "verify",
+    "ApplyResult", "CommandError", "Exit", "Report", "RevertResult", "StripFileResult", "TargetError",
+    "apply", "check", "diff", "expected_content", "revert", "status", "strip_debug", "verify",
 ]
 
 log = logging.getLogger(__name__)
@@ -401,8 +402,6 @@ def _transformed(rel: str, pristine: bytes, patches: list) -> bytes:
         raise CommandError(str(exc), Exit.TARGET) from exc
 
 
-__all__ += ["CommandError", "TargetError", "expected_content"]
-
 
 # -- check / strip-debug -------------------------------------------------------------------
 
@@ -490,5 +489,3 @@ def _nullcontext():
 
     return nullcontext()
 
-
-__all__ += ["check", "strip_debug"]

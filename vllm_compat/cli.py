@@ -76,9 +76,12 @@ def _render(report: Report, verbose: bool) -> str:
     lines += [f"  {pkg} {ver}" for pkg, ver in sorted(report.versions.items())]
     lines += [f"unsupported: {u}" for u in report.unsupported]
     rows = [("PATCH", "STATE", "DETAIL")]
-    rows += [(p.id, p.state, p.reason if (verbose or p.state != "not-applicable") else p.reason) for p in report.patches]
+    rows += [(p.id, p.state, p.reason) for p in report.patches if verbose or p.state != "not-applicable"]
     if report.patches:
         lines += ["", _table(rows)]
+        hidden = sum(p.state == "not-applicable" for p in report.patches) if not verbose else 0
+        if hidden:
+            lines.append(f"({hidden} patch(es) not applicable to these versions: -v lists them)")
     frows = [("FILE", "STATE", "DETAIL")] + [(f.path, f.state, f.detail) for f in report.files]
     if report.files:
         lines += ["", _table(frows)]
