@@ -1,18 +1,48 @@
 """Console entry point: ``verify`` first tries the import-free fast path (:mod:`.fast`);
-everything else, and any verify that is not clean, goes through the full CLI."""
+everything else, and any verify that is not clean, goes through the full CLI (:mod:`.cli`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+
+from .fast import default_site, verified
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["verify"]:
-        from .fast import try_verify  # noqa: PLC0415
-
-        if try_verify(argv[1:]) == 0:
-            return 0
+    if argv[:1] == ["verify"] and _fast_verify(argv[1:]) == 0:
+        return 0
     from .cli import main as full  # noqa: PLC0415
 
     return full(argv)
+
+
+def _fast_verify(argv: list[str]) -> int | None:
+    """``vllm-compat verify [--site-packages DIR] [--json]`` answered on the fast path, or
+    ``None`` when the full path must answer (other options, or anything not verified)."""
+    site, as_json, rest = None, False, list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--json":
+            as_json = True
+        elif arg == "--site-packages" and rest:
+            site = rest.pop(0)
+        elif arg.startswith("--site-packages="):
+            site = arg.split("=", 1)[1]
+        else:
+            return None
+    site = os.path.abspath(site or default_site())
+    manifest = verified(site)
+    if manifest is None:
+        return None
+    versions = {pkg: snap["version"] for pkg, snap in manifest["dists"].items()}
+    if as_json:
+        print(json.dumps({"site": site, "versions": versions, "exit_code": 0, "result": "ok",
+                          "patches": [{"id": p, "state": "applied"} for p in manifest["patches"]],
+                          "files": [{"path": f, "state": "applied"} for f in manifest["files"]]}, indent=1))
+    else:
+        print(f"ok: {len(manifest['patches'])} patch(es) applied, {len(manifest['files'])} file(s) intact "
+              f"in {site} ({', '.join(f'{k} {v}' for k, v in sorted(versions.items()))})")
+    return 0

@@ -89,32 +89,3 @@ def default_site() -> str:
     import sysconfig  # noqa: PLC0415
 
     return sysconfig.get_paths()["purelib"]
-
-
-def try_verify(argv: list[str]) -> int | None:
-    """``vllm-compat verify [--site-packages DIR] [--json]`` answered on the fast path, or
-    ``None`` when the full path must answer (other options, or anything not verified)."""
-    site, as_json, rest = None, False, list(argv)
-    while rest:
-        arg = rest.pop(0)
-        if arg == "--json":
-            as_json = True
-        elif arg == "--site-packages" and rest:
-            site = rest.pop(0)
-        elif arg.startswith("--site-packages="):
-            site = arg.split("=", 1)[1]
-        else:
-            return None
-    site = os.path.abspath(site or default_site())
-    manifest = verified(site)
-    if manifest is None:
-        return None
-    versions = {pkg: snap["version"] for pkg, snap in manifest["dists"].items()}
-    if as_json:
-        print(json.dumps({"site": site, "versions": versions, "exit_code": 0, "result": "ok",
-                          "patches": [{"id": p, "state": "applied"} for p in manifest["patches"]],
-                          "files": [{"path": f, "state": "applied"} for f in manifest["files"]]}, indent=1))
-    else:
-        print(f"ok: {len(manifest['patches'])} patch(es) applied, {len(manifest['files'])} file(s) intact "
-              f"in {site} ({', '.join(f'{k} {v}' for k, v in sorted(versions.items()))})")
-    return 0
