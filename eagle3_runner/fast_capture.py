@@ -54,6 +54,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from patches.shims.capture import step_layout
+
 from .atomic import TMP_MARK, clean_temporaries, fsync_dir
 from .formats import existing_sample_ok, sample_path, sample_problems
 
@@ -366,24 +368,7 @@ class _Capture:
 
     def _layout(self, so: Any) -> list[tuple[str, int, int]]:
         """``(request id, first row, rows)`` of each request in this step's batch."""
-        batch = self.last_batch
-        if batch is None:
-            state = getattr(self.runner, "execute_model_state", None)
-            batch = getattr(state, "input_batch", None)
-        if batch is not None and hasattr(batch, "query_start_loc_np"):
-            qsl = batch.query_start_loc_np
-            return [(rid, int(qsl[k]), int(qsl[k + 1]) - int(qsl[k])) for k, rid in enumerate(batch.req_ids)]
-        ib = self.runner.input_batch
-        counts = so.num_scheduled_tokens
-        spans, start = [], 0
-        for rid in ib.req_ids[: ib.num_reqs]:
-            if rid is None:
-                continue
-            n = int(counts.get(rid, 0))
-            if n:
-                spans.append((rid, start, n))
-                start += n
-        return spans
+        return step_layout(self.runner, so, self.last_batch)
 
     @staticmethod
     def _computed(so: Any) -> dict[str, int]:

@@ -164,30 +164,7 @@ class HiddenStatesCapture:
         return output
 
     def _layout(self, scheduler_output: Any) -> list[tuple[str, int, int]]:
-        """``(request id, first row, number of rows)`` of each request in this step's batch."""
-        runner = self.worker.model_runner
-        state = getattr(runner, "execute_model_state", None)
-        batch = getattr(state, "input_batch", None)
-        if batch is not None and hasattr(batch, "query_start_loc_np"):
-            # Model Runner V2: the step's own InputBatch (requests sorted per step).
-            qsl = batch.query_start_loc_np
-            return [
-                (rid, int(qsl[k]), int(qsl[k + 1]) - int(qsl[k]))
-                for k, rid in enumerate(batch.req_ids)
-            ]
-        # V1 model runner: rows follow the persistent batch order.
-        batch = runner.input_batch
-        counts = scheduler_output.num_scheduled_tokens
-        spans = []
-        start = 0
-        for rid in batch.req_ids[: batch.num_reqs]:
-            if rid is None:
-                continue
-            n = int(counts.get(rid, 0))
-            if n:
-                spans.append((rid, start, n))
-                start += n
-        return spans
+        return step_layout(self.worker.model_runner, scheduler_output)
 
     def _attribute(self, scheduler_output: Any) -> None:
         states = [self.step[lid] for lid in self.layer_ids]
@@ -227,3 +204,33 @@ class HiddenStatesCapture:
         }
         self.reset()
         return result
+
+
+def step_layout(runner: Any, scheduler_output: Any, batch: Any = None) -> list[tuple[str, int, int]]:
+    """``(request id, first row, number of rows)`` of each request in this step's batch, from
+    the model runner's own layout (also used by eagle3_runner's fast capture path).
+
+    ``batch``: the step's input batch when the caller kept it; else the runner's."""
+    if batch is None:
+        state = getattr(runner, "execute_model_state", None)
+        batch = getattr(state, "input_batch", None)
+    if batch is not None and hasattr(batch, "query_start_loc_np"):
+        # Model Runner V2: the step's own InputBatch (requests sorted per step).
+        qsl = batch.query_start_loc_np
+        return [
+            (rid, int(qsl[k]), int(qsl[k + 1]) - int(qsl[k]))
+            for k, rid in enumerate(batch.req_ids)
+        ]
+    # V1 model runner: rows follow the persistent batch order.
+    batch = runner.input_batch
+    counts = scheduler_output.num_scheduled_tokens
+    spans = []
+    start = 0
+    for rid in batch.req_ids[: batch.num_reqs]:
+        if rid is None:
+            continue
+        n = int(counts.get(rid, 0))
+        if n:
+            spans.append((rid, start, n))
+            start += n
+    return spans
