@@ -58,6 +58,7 @@ class Report:
     files: tuple[FileState, ...]
     unsupported: tuple[str, ...] = ()
     fast: bool = False  # answered from the manifest alone
+    notes: tuple[str, ...] = ()  # facts worth a line that change no exit code
 
     @property
     def code(self) -> Exit:
@@ -72,7 +73,7 @@ class Report:
     def to_dict(self) -> dict:
         return {
             "site": self.site, "versions": self.versions, "exit_code": int(self.code),
-            "result": self.code.name.lower(), "unsupported": list(self.unsupported),
+            "result": self.code.name.lower(), "unsupported": list(self.unsupported), "notes": list(self.notes),
             "patches": [vars(p) | {"files": list(p.files)} for p in self.patches],
             "files": [vars(f) | {"patches": list(f.patches)} for f in self.files],
         }
@@ -145,8 +146,8 @@ def _plan(target: Target) -> _Plan:
     manifest = store.manifest()
     hints = manifest.dists if manifest else {}
     dists = {pkg: target.find(pkg, hints.get(pkg, {}).get("dist_info")) for pkg in sorted(_packages(catalog))}
-    if dists.get("speculators") is None and not manifest:
-        log.info("speculators is not installed in %s", target.site)
+    notes = tuple(f"{pkg} is not installed in this site-packages: no patch has a file to edit"
+                  for pkg in sorted({p.target for p in catalog.patches}) if dists.get(pkg) is None)
     decisions = catalog.decide(target, dists)
     digest = catalog.digest()
     stale = changed_dists(manifest, dists) if manifest else {}
@@ -176,7 +177,7 @@ def _plan(target: Target) -> _Plan:
         state = next((s for s in (STALE, DRIFTED, PENDING) if s in states), APPLIED)
         pstates.append(PatchState(d.patch.id, d.patch.title, state, "", d.patch.files))
     report = Report(str(target.site), {k: v.version for k, v in dists.items() if v}, tuple(pstates),
-                    tuple(fstates), _unsupported(catalog, dists))
+                    tuple(fstates), _unsupported(catalog, dists), notes=notes)
     return _Plan(target, store, catalog, dists, decisions, manifest, report,
                  {k: tuple(v) for k, v in expected.items()})
 

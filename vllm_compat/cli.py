@@ -75,6 +75,7 @@ def _render(report: Report, verbose: bool) -> str:
     lines = [f"site-packages: {report.site}"]
     lines += [f"  {pkg} {ver}" for pkg, ver in sorted(report.versions.items())]
     lines += [f"unsupported: {u}" for u in report.unsupported]
+    lines += [f"note: {n}" for n in report.notes]
     rows = [("PATCH", "STATE", "DETAIL")]
     rows += [(p.id, p.state, p.reason) for p in report.patches if verbose or p.state != "not-applicable"]
     if report.patches:
