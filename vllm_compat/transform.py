@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -42,59 +42,150 @@ def _stmt_nodes(code: str) -> list[cst.BaseStatement]:
     return list(cst.parse_module(textwrap.dedent(code).strip() + "\n").body)
 
 
+def _idents(code: str, mode: str) -> frozenset[str]:
+    """The identifiers in ``code``'s AST.  Code with the same AST spells each of them out, so
+    a statement whose (ASCII) text lacks one of them cannot contain that code."""
+    names: set[str] = set()
+    for n in ast.walk(ast.parse(textwrap.dedent(code).strip(), mode=mode)):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            names.add(n.attr)
+        elif isinstance(n, (ast.keyword, ast.arg)) and n.arg:
+            names.add(n.arg)
+    return frozenset(names)
+
+
 @dataclass
 class _Ctx:
     module: cst.Module
     scope: tuple[str, ...]
-    # id(node) -> (node, dump); holding the node keeps its id from being reused by a new node.
-    _cache: dict[int, tuple[cst.CSTNode, str]]
+    # (what, id(node)) -> (node, value); holding the node keeps its id from being reused by a
+    # new node.  The walk keeps unchanged nodes, so values carry over from edit to edit.
+    _cache: dict[tuple[str, int], tuple[cst.CSTNode, str]]
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
-    def stmt_dump(self, node: cst.CSTNode) -> str:
-        hit = self._cache.get(id(node))
+    def _cached(self, what: str, node: cst.CSTNode, make) -> str:
+        hit = self._cache.get((what, id(node)))
         if hit is not None and hit[0] is node:
             return hit[1]
+        value = make(node)
+        self._cache[(what, id(node))] = (node, value)
+        return value
+
+    def text(self, node: cst.CSTNode) -> str:
+        return self._cached("text", node, self.code)
+
+    def stmt_dump(self, node: cst.CSTNode) -> str:
+        return self._cached("dump", node, self._stmt_dump)
+
+    def _stmt_dump(self, node: cst.CSTNode) -> str:
         # Leading comments are not code: drop them so "# note\nx = 1" matches "x = 1".
-        bare = node.with_changes(leading_lines=()) if hasattr(node, "leading_lines") else node
+        lines = getattr(node, "leading_lines", None)
         try:
-            dump = _dump_stmts(self.code(bare))
+            return _dump_stmts(self.code(node.with_changes(leading_lines=())) if lines else self.text(node))
         except SyntaxError:  # e.g. a bare `return`/`yield` fragment never matches
-            dump = ""
-        self._cache[id(node)] = (node, dump)
-        return dump
+            return ""
+
+    def may_hold(self, node: cst.CSTNode, idents: frozenset[str]) -> bool:
+        """Whether ``node``'s text spells out every one of ``idents`` (see :func:`_idents`)."""
+        text = self.text(node)
+        return not text.isascii() or all(i in text for i in idents)
+
+    def in_scope(self, stack: Sequence[str]) -> bool:
+        return tuple(stack[: len(self.scope)]) == self.scope
 
 
-class _ScopedTransformer(cst.CSTTransformer):
-    """Tracks the dotted qualified name of the def/class being visited."""
+# -- the statement walk --------------------------------------------------------------------
+#
+# An edit is carried out by one walk over the statements of its scope's subtree, post-order
+# like a ``CSTTransformer`` (an inner block is edited before the block holding it) but never
+# descending into expressions: only an edit of expressions has libcst visit them, and only in
+# the statements that may hold its code.  Unchanged nodes are kept (not copied), so the
+# statement caches of :class:`_Ctx` stay valid across a file's edits.
+
+_SUITES = ("body", "orelse", "handlers", "finalbody", "cases")
+_CLAUSES = (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase, cst.If)
+_DEFS = (cst.FunctionDef, cst.ClassDef)
+
+
+class _Editor:
+    """One edit's hooks into the walk."""
 
     def __init__(self, ctx: _Ctx) -> None:
-        super().__init__()
         self.ctx = ctx
-        self.stack: list[str] = []
 
-    def in_scope(self) -> bool:
-        return tuple(self.stack[: len(self.ctx.scope)]) == self.ctx.scope
+    def skip(self, node: cst.BaseStatement) -> bool:
+        """Whether nothing in ``node`` can concern the edit."""
+        return False
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        self.stack.append(node.name.value)
-        return True
+    def exprs(self, node: cst.BaseStatement, stack: list[str]) -> cst.BaseStatement:
+        """``node`` with its own expressions edited (a compound statement's, not its blocks')."""
+        return node
 
-    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.CSTNode:
-        self.stack.pop()
-        return self.leave_def(original, updated)
+    def block(self, body: list[cst.BaseStatement], stack: list[str], top: bool) -> list[cst.BaseStatement]:
+        """A block's statements (already walked) after the edit."""
+        return body
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.stack.append(node.name.value)
-        return True
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.CSTNode:
-        self.stack.pop()
-        return self.leave_def(original, updated)
-
-    def leave_def(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+    def leave_def(self, original: cst.CSTNode, updated: cst.CSTNode, stack: list[str]) -> cst.CSTNode | list:
         return updated
+
+
+def _same(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _walk_stmt(ed: _Editor, node: cst.BaseStatement, stack: list[str]) -> cst.BaseStatement | list:
+    """``node`` after the edit: ``node`` itself where nothing changed, a list of statements
+    where a def was replaced by several."""
+    inner = [*stack, node.name.value] if isinstance(node, _DEFS) else stack
+    depth = min(len(inner), len(ed.ctx.scope))
+    if tuple(inner[:depth]) != ed.ctx.scope[:depth] or ed.skip(node):
+        return node  # neither in nor around the scope, or nothing to find there
+    if isinstance(node, cst.SimpleStatementLine):
+        return ed.exprs(node, stack)
+    new = ed.exprs(_suites(node, lambda b: _walk_block(ed, b, inner)), stack)
+    return ed.leave_def(node, new, stack) if isinstance(node, _DEFS) else new
+
+
+def _walk_body(ed: _Editor, body: Sequence[cst.BaseStatement], stack: list[str]) -> list[cst.BaseStatement]:
+    out: list[cst.BaseStatement] = []
+    for stmt in body:
+        new = _walk_stmt(ed, stmt, stack)
+        out.extend(new) if isinstance(new, list) else out.append(new)
+    return out
+
+
+def _walk_block(ed: _Editor, block: cst.IndentedBlock, stack: list[str]) -> cst.IndentedBlock:
+    body = ed.block(_walk_body(ed, block.body, stack), stack, top=False)
+    return block if _same(body, block.body) else block.with_changes(body=body)
+
+
+def _walk_module(ed: _Editor, module: cst.Module) -> cst.Module:
+    body = ed.block(_walk_body(ed, module.body, []), [], top=not ed.ctx.scope)
+    return module if _same(body, module.body) else module.with_changes(body=body)
+
+
+def _suites(node: cst.CSTNode, edit: Callable[[cst.IndentedBlock], cst.IndentedBlock]) -> cst.CSTNode:
+    """``node`` (a compound statement) with ``edit`` applied to each of its indented blocks,
+    through its else/except/finally/case clauses and elif chain; rebuilt only where one changed."""
+    changes: dict[str, object] = {}
+    for name in _SUITES:
+        value = getattr(node, name, None)
+        if isinstance(value, cst.IndentedBlock):
+            new: object = edit(value)
+        elif isinstance(value, _CLAUSES):
+            new = _suites(value, edit)
+        elif isinstance(value, (list, tuple)):
+            items = [_suites(v, edit) for v in value]
+            new = value if _same(items, value) else items
+        else:
+            continue
+        if new is not value:
+            changes[name] = new
+    return node.with_changes(**changes) if changes else node
 
 
 def _kind(node: cst.CSTNode) -> tuple[str, ...]:
@@ -113,7 +204,7 @@ def _find_run(ctx: _Ctx, body: Sequence[cst.CSTNode], want: list[str], kinds: li
             if have[i : i + n] == kinds and [ctx.stmt_dump(s) for s in body[i : i + n]] == want]
 
 
-class _StmtEditor(_ScopedTransformer):
+class _StmtEditor(_Editor):
     """Applies a statement-level edit to every statement block inside the scope."""
 
     def __init__(self, ctx: _Ctx, edit: ReplaceStmt | InsertAfter) -> None:
@@ -129,9 +220,8 @@ class _StmtEditor(_ScopedTransformer):
         self.matches = 0
         self.present = 0
 
-    def _edit_body(self, body: Sequence[cst.CSTNode], top: bool) -> list[cst.CSTNode]:
-        body = list(body)
-        if not self.in_scope():
+    def _edit_body(self, body: list[cst.BaseStatement], stack: list[str], top: bool) -> list[cst.BaseStatement]:
+        if not self.ctx.in_scope(stack):
             return body
         self.present += len(_find_run(self.ctx, body, self.new_dump, self.new_kinds))
         if isinstance(self.edit, ReplaceStmt):
@@ -156,6 +246,7 @@ class _StmtEditor(_ScopedTransformer):
             self.matches += bool(already)
         else:
             points = []
+        body = list(body)
         for p in reversed(points):
             self.matches += 1
             # The insertion is recognised by its first statement, so a later patch (ordered
@@ -164,25 +255,18 @@ class _StmtEditor(_ScopedTransformer):
                 body[p:p] = self.new_nodes
         return body
 
-    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.CSTNode:
-        if not self.old_dump and isinstance(self.edit, InsertAfter):
-            return updated  # preamble insertion happens once, on the scope's own body
-        return updated.with_changes(body=self._edit_body(updated.body, top=False))
+    def block(self, body: list[cst.BaseStatement], stack: list[str], top: bool) -> list[cst.BaseStatement]:
+        if not self.old_dump and isinstance(self.edit, InsertAfter) and not top:
+            return body  # preamble insertion happens once, on the scope's own body
+        return self._edit_body(body, stack, top)
 
-    def leave_def(self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
+    def leave_def(self, original: cst.CSTNode, updated: cst.CSTNode, stack: list[str]) -> cst.CSTNode:
         name = original.name.value  # type: ignore[attr-defined]
-        if self.old_dump or not isinstance(self.edit, InsertAfter) or (*self.stack, name) != self.ctx.scope:
+        if self.old_dump or not isinstance(self.edit, InsertAfter) or (*stack, name) != self.ctx.scope:
             return updated
-        self.stack.append(name)  # the body belongs to the scope
         block = updated.body  # type: ignore[attr-defined]
-        new = block.with_changes(body=self._edit_body(block.body, top=True))
-        self.stack.pop()
-        return updated.with_changes(body=new)
-
-    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
-        if self.ctx.scope and not self.old_dump:
-            return updated
-        return updated.with_changes(body=self._edit_body(updated.body, top=not self.ctx.scope))
+        body = self._edit_body(list(block.body), [*stack, name], top=True)  # the body belongs to the scope
+        return updated if _same(body, block.body) else updated.with_changes(body=block.with_changes(body=body))
 
 
 def _after_preamble(body: Sequence[cst.CSTNode], module: bool) -> int:
@@ -213,11 +297,59 @@ def _is_import(node: cst.CSTNode) -> bool:
     return False
 
 
-class _ExprEditor(_ScopedTransformer):
+class _ExprVisitor(_Editor, cst.CSTTransformer):
+    """An edit of expressions: libcst visits a statement only where its text holds every
+    identifier of one of ``idents``, and of a compound statement only its own expressions
+    (the walk goes through its blocks).  ``changed`` counts the nodes it replaced."""
+
+    idents: tuple[frozenset[str], ...] = ()
+
+    def __init__(self, ctx: _Ctx) -> None:
+        _Editor.__init__(self, ctx)
+        cst.CSTTransformer.__init__(self)
+        self.stack: list[str] = []
+        self.changed = 0
+
+    def in_scope(self) -> bool:
+        return self.ctx.in_scope(self.stack)
+
+    def skip(self, node: cst.BaseStatement) -> bool:
+        return not any(self.ctx.may_hold(node, idents) for idents in self.idents)
+
+    def exprs(self, node: cst.BaseStatement, stack: list[str]) -> cst.BaseStatement:
+        if not self.ctx.in_scope([*stack, node.name.value] if isinstance(node, _DEFS) else stack):
+            return node
+        self.stack = list(stack)
+        changed = self.changed
+        new = node.visit(self)
+        return new if self.changed != changed else node  # type: ignore[return-value]
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.stack.append(node.name.value)
+        return True
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.CSTNode:
+        self.stack.pop()
+        return updated
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.stack.append(node.name.value)
+        return True
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.CSTNode:
+        self.stack.pop()
+        return updated
+
+
+class _ExprEditor(_ExprVisitor):
     def __init__(self, ctx: _Ctx, edit: ReplaceExpr) -> None:
         super().__init__(ctx)
         self.old_dump = _dump_expr(edit.old)
         self.new_dump = _dump_expr(edit.new)
+        self.idents = (_idents(edit.old, "eval"), _idents(edit.new, "eval"))
         self.new_node = cst.parse_expression(textwrap.dedent(edit.new).strip())
         self.old_type = type(cst.parse_expression(textwrap.dedent(edit.old).strip()))
         self.new_type = type(self.new_node)
@@ -244,36 +376,38 @@ class _ExprEditor(_ScopedTransformer):
             and self._dump(original) == self.old_dump
         ):
             self.matches += 1
+            self.changed += 1
             return self.new_node.with_changes(
                 lpar=getattr(original, "lpar", ()), rpar=getattr(original, "rpar", ())
             ) if hasattr(self.new_node, "lpar") else self.new_node
         return result
 
 
-class _DefReplacer(_ScopedTransformer):
+class _DefReplacer(_Editor):
     def __init__(self, ctx: _Ctx, edit: ReplaceDef) -> None:
         super().__init__(ctx)
         self.new_nodes = _stmt_nodes(edit.new)
         self.new_dump = _dump_stmts(edit.new)
         self.found = 0
 
-    def leave_def(self, original: cst.CSTNode, updated: cst.CSTNode):
-        if tuple(self.stack) + (original.name.value,) != self.ctx.scope:  # type: ignore[attr-defined]
+    def leave_def(self, original: cst.CSTNode, updated: cst.CSTNode, stack: list[str]) -> cst.CSTNode | list:
+        if (*stack, original.name.value) != self.ctx.scope:  # type: ignore[attr-defined]
             return updated
         self.found += 1
         if self.ctx.stmt_dump(original) == self.new_dump:
             return updated
         first = self.new_nodes[0].with_changes(leading_lines=original.leading_lines)  # type: ignore[attr-defined]
-        return cst.FlattenSentinel([first, *self.new_nodes[1:]])
+        return [first, *self.new_nodes[1:]]
 
 
-class _KeywordEditor(_ScopedTransformer):
+class _KeywordEditor(_ExprVisitor):
     """Adds or removes one keyword argument of every call of a given callee."""
 
     def __init__(self, ctx: _Ctx, edit: AddKeyword | RemoveKeyword) -> None:
         super().__init__(ctx)
         self.edit = edit
         self.callee = _dump_expr(edit.call)
+        self.idents = (_idents(edit.call, "eval"),)
         self.calls = 0
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.CSTNode:
@@ -286,6 +420,7 @@ class _KeywordEditor(_ScopedTransformer):
             args = [a for a in updated.args if a not in has]
             if has and args:  # keep the last argument's trailing comma style
                 args[-1] = args[-1].with_changes(comma=updated.args[-1].comma)
+            self.changed += bool(has)
             return updated.with_changes(args=args) if has else updated
         if has:
             return updated
@@ -301,12 +436,13 @@ class _KeywordEditor(_ScopedTransformer):
             else:
                 args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(new)
+        self.changed += 1
         return updated.with_changes(args=args)
 
 
-def _visit(module: cst.Module, scope: tuple[str, ...], transformer: _ScopedTransformer) -> cst.Module:
-    """``module.visit(transformer)``, traversing only the subtree of the def/class named by
-    ``scope`` (a whole-module traversal per edit was most of apply's time)."""
+def _visit(module: cst.Module, scope: tuple[str, ...], editor: _Editor) -> cst.Module:
+    """The module after ``editor``'s walk of the subtree of the def/class named by ``scope``
+    (the whole module where ``scope`` is empty or not found along a chain of bodies)."""
     nodes: list[cst.CSTNode] = [module]
     chain: list[int] = []
     body: Sequence[cst.CSTNode] = module.body
@@ -314,16 +450,17 @@ def _visit(module: cst.Module, scope: tuple[str, ...], transformer: _ScopedTrans
         index = next((i for i, n in enumerate(body)
                       if isinstance(n, (cst.ClassDef, cst.FunctionDef)) and n.name.value == name), None)
         if index is None or not isinstance(body[index].body, cst.IndentedBlock):  # type: ignore[union-attr]
-            return module.visit(transformer)  # let the edit report what it cannot find
+            return _walk_module(editor, module)  # let the edit report what it cannot find
         chain.append(index)
         nodes.append(body[index])
         body = body[index].body.body  # type: ignore[union-attr]
     if not scope:
-        return module.visit(transformer)
-    transformer.stack = list(scope[:-1])
-    new: object = nodes[-1].visit(transformer)
+        return _walk_module(editor, module)
+    new: object = _walk_stmt(editor, nodes[-1], list(scope[:-1]))  # type: ignore[arg-type]
+    if new is nodes[-1]:
+        return module
     for parent, index in zip(reversed(nodes[:-1]), reversed(chain)):
-        replacement = list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
+        replacement = new if isinstance(new, list) else [new]
         if isinstance(parent, cst.Module):
             items = list(parent.body)
             items[index : index + 1] = replacement
