@@ -8,6 +8,7 @@ edit is a fixed point: where its result is already present it changes nothing.
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,11 +43,11 @@ def _stmt_nodes(code: str) -> list[cst.BaseStatement]:
     return list(cst.parse_module(textwrap.dedent(code).strip() + "\n").body)
 
 
-def _idents(code: str, mode: str) -> frozenset[str]:
-    """The identifiers in ``code``'s AST.  Code with the same AST spells each of them out, so
-    a statement whose (ASCII) text lacks one of them cannot contain that code."""
+def _idents(tree: ast.AST) -> frozenset[str]:
+    """The identifiers in an AST.  Code with that AST spells each of them out, so a statement
+    whose words lack one of them cannot contain that code (see :meth:`_Ctx.words`)."""
     names: set[str] = set()
-    for n in ast.walk(ast.parse(textwrap.dedent(code).strip(), mode=mode)):
+    for n in ast.walk(tree):
         if isinstance(n, ast.Name):
             names.add(n.id)
         elif isinstance(n, ast.Attribute):
@@ -56,43 +57,63 @@ def _idents(code: str, mode: str) -> frozenset[str]:
     return frozenset(names)
 
 
+def _expr_idents(code: str) -> frozenset[str]:
+    return _idents(ast.parse(textwrap.dedent(code).strip(), mode="eval"))
+
+
+_WORD = re.compile(r"\w+")
+
+
 @dataclass
 class _Ctx:
     module: cst.Module
     scope: tuple[str, ...]
     # (what, id(node)) -> (node, value); holding the node keeps its id from being reused by a
     # new node.  The walk keeps unchanged nodes, so values carry over from edit to edit.
-    _cache: dict[tuple[str, int], tuple[cst.CSTNode, str]]
+    _cache: dict[tuple[str, int], tuple[cst.CSTNode, object]]
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 
-    def _cached(self, what: str, node: cst.CSTNode, make) -> str:
+    def _cached(self, what: str, node: cst.CSTNode):
         hit = self._cache.get((what, id(node)))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        value = make(node)
-        self._cache[(what, id(node))] = (node, value)
+        return hit[1] if hit is not None and hit[0] is node else None
+
+    def _store(self, what: str, node: cst.CSTNode, value: object):
+        self._cache[what, id(node)] = (node, value)
         return value
 
-    def text(self, node: cst.CSTNode) -> str:
-        return self._cached("text", node, self.code)
+    def text(self, node: cst.BaseStatement, own: bool = False) -> str:
+        """The code of a statement without its leading comment lines (``own``: of a compound
+        statement only its own part, its indented blocks emptied, as the walk looks into
+        those statement by statement)."""
+        what = "own" if own and not isinstance(node, cst.SimpleStatementLine) else "text"
+        text = self._cached(what, node)
+        if text is None:
+            bare = node.with_changes(leading_lines=())
+            text = self._store(what, node, self.code(_suites(bare, lambda b: _EMPTY) if what == "own" else bare))
+        return text  # type: ignore[return-value]
 
-    def stmt_dump(self, node: cst.CSTNode) -> str:
-        return self._cached("dump", node, self._stmt_dump)
+    def spells(self, node: cst.BaseStatement, idents: frozenset[str], own: bool = False) -> bool:
+        """Whether the text of ``node`` has each of ``idents`` as a word (text that is not
+        ASCII may spell an identifier in another form with the same meaning: always true)."""
+        what = "ownwords" if own and not isinstance(node, cst.SimpleStatementLine) else "words"
+        words = self._cached(what, node)
+        if words is None:
+            text = self.text(node, own)
+            words = self._store(what, node, frozenset(_WORD.findall(text)) if text.isascii() else ())
+        return words == () or idents <= words  # type: ignore[operator]
 
-    def _stmt_dump(self, node: cst.CSTNode) -> str:
-        # Leading comments are not code: drop them so "# note\nx = 1" matches "x = 1".
-        lines = getattr(node, "leading_lines", None)
-        try:
-            return _dump_stmts(self.code(node.with_changes(leading_lines=())) if lines else self.text(node))
-        except SyntaxError:  # e.g. a bare `return`/`yield` fragment never matches
-            return ""
-
-    def may_hold(self, node: cst.CSTNode, idents: frozenset[str]) -> bool:
-        """Whether ``node``'s text spells out every one of ``idents`` (see :func:`_idents`)."""
-        text = self.text(node)
-        return not text.isascii() or all(i in text for i in idents)
+    def stmt_dump(self, node: cst.BaseStatement) -> str:
+        dump = self._cached("dump", node)
+        if dump is None:
+            # Leading comments are not code: dropped, so "# note\nx = 1" matches "x = 1".
+            try:
+                dump = _dump_stmts(self.text(node))
+            except SyntaxError:  # e.g. a bare `return`/`yield` fragment never matches
+                dump = ""
+            self._store("dump", node, dump)
+        return dump  # type: ignore[return-value]
 
     def in_scope(self, stack: Sequence[str]) -> bool:
         return tuple(stack[: len(self.scope)]) == self.scope
@@ -109,6 +130,7 @@ class _Ctx:
 _SUITES = ("body", "orelse", "handlers", "finalbody", "cases")
 _CLAUSES = (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase, cst.If)
 _DEFS = (cst.FunctionDef, cst.ClassDef)
+_EMPTY = cst.IndentedBlock(body=())
 
 
 class _Editor:
@@ -117,13 +139,9 @@ class _Editor:
     def __init__(self, ctx: _Ctx) -> None:
         self.ctx = ctx
 
-    def skip(self, node: cst.BaseStatement) -> bool:
-        """Whether nothing in ``node`` can concern the edit."""
-        return False
-
-    def exprs(self, node: cst.BaseStatement, stack: list[str]) -> cst.BaseStatement:
-        """``node`` with its own expressions edited (a compound statement's, not its blocks')."""
-        return node
+    def exprs(self, original: cst.BaseStatement, updated: cst.BaseStatement, stack: list[str]) -> cst.BaseStatement:
+        """``updated`` with its own expressions edited (a compound statement's, not its blocks')."""
+        return updated
 
     def block(self, body: list[cst.BaseStatement], stack: list[str], top: bool) -> list[cst.BaseStatement]:
         """A block's statements (already walked) after the edit."""
@@ -142,11 +160,11 @@ def _walk_stmt(ed: _Editor, node: cst.BaseStatement, stack: list[str]) -> cst.Ba
     where a def was replaced by several."""
     inner = [*stack, node.name.value] if isinstance(node, _DEFS) else stack
     depth = min(len(inner), len(ed.ctx.scope))
-    if tuple(inner[:depth]) != ed.ctx.scope[:depth] or ed.skip(node):
-        return node  # neither in nor around the scope, or nothing to find there
+    if tuple(inner[:depth]) != ed.ctx.scope[:depth]:
+        return node  # neither in nor around the scope
     if isinstance(node, cst.SimpleStatementLine):
-        return ed.exprs(node, stack)
-    new = ed.exprs(_suites(node, lambda b: _walk_block(ed, b, inner)), stack)
+        return ed.exprs(node, node, stack)
+    new = ed.exprs(node, _suites(node, lambda b: _walk_block(ed, b, inner)), stack)
     return ed.leave_def(node, new, stack) if isinstance(node, _DEFS) else new
 
 
@@ -196,12 +214,75 @@ def _kind(node: cst.CSTNode) -> tuple[str, ...]:
     return (type(node).__name__,)
 
 
-def _find_run(ctx: _Ctx, body: Sequence[cst.CSTNode], want: list[str], kinds: list[tuple[str, ...]]) -> list[int]:
-    """Start indexes of the runs of statements in ``body`` whose dumps equal ``want``."""
-    n = len(want)
+# The statement types of libcst (as :func:`_kind` names them) for those of ast.
+_KINDS = {
+    "Expr": "Expr", "Assign": "Assign", "AugAssign": "AugAssign", "AnnAssign": "AnnAssign",
+    "Return": "Return", "Raise": "Raise", "Assert": "Assert", "Delete": "Del", "Pass": "Pass",
+    "Break": "Break", "Continue": "Continue", "Global": "Global", "Nonlocal": "Nonlocal",
+    "Import": "Import", "ImportFrom": "ImportFrom",
+}
+_COMPOUND_KINDS = {
+    "FunctionDef": "FunctionDef", "AsyncFunctionDef": "FunctionDef", "ClassDef": "ClassDef",
+    "If": "If", "For": "For", "AsyncFor": "For", "While": "While", "With": "With",
+    "AsyncWith": "With", "Try": "Try", "TryStar": "TryStar", "Match": "Match",
+}
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """Statements sought as a run in a block: each one's dump, shape and identifiers."""
+
+    dumps: list[str]
+    kinds: list[tuple[str, ...]]
+    idents: list[frozenset[str]]
+
+    @classmethod
+    def of(cls, code: str, nodes: Sequence[cst.BaseStatement] | None = None) -> _Pattern:
+        """The statements of ``code``, taken from its AST: libcst's ``nodes`` of it, when
+        given, say how they group into lines (``a; b`` is one statement of libcst)."""
+        try:
+            body = ast.parse(textwrap.dedent(code).strip()).body
+        except SyntaxError:
+            body = None
+        if nodes is not None:
+            sizes = [len(n.body) if isinstance(n, cst.SimpleStatementLine) else 1 for n in nodes]
+            kinds = [_kind(n) for n in nodes]
+        elif body is not None and all(type(s).__name__ in _KINDS or type(s).__name__ in _COMPOUND_KINDS for s in body):
+            sizes, kinds = [], []
+            for i, stmt in enumerate(body):
+                name = type(stmt).__name__
+                if name in _KINDS and i and sizes[-1] and stmt.lineno == body[i - 1].end_lineno:
+                    sizes[-1] += 1  # after a `;`: the same line
+                    kinds[-1] += (_KINDS[name],)
+                else:
+                    sizes.append(1 if name in _KINDS else 0)
+                    kinds.append((_KINDS.get(name) or _COMPOUND_KINDS[name],))
+            sizes = [n or 1 for n in sizes]
+        else:  # let libcst report what does not parse
+            return cls.of(code, _stmt_nodes(code))
+        if body is None or sum(sizes) != len(body):
+            codes = [cst.Module([]).code_for_node(n) for n in nodes or ()]
+            return cls([_dump_stmts(c) for c in codes], kinds, [_idents(ast.parse(textwrap.dedent(c).strip())) for c in codes])
+        groups, at = [], 0
+        for n in sizes:
+            groups.append(body[at : at + n])
+            at += n
+        return cls(["\n".join(ast.dump(s, annotate_fields=False) for s in g) for g in groups], kinds,
+                   [_idents(ast.Module(body=g, type_ignores=[])) for g in groups])
+
+    def first(self) -> _Pattern:
+        return _Pattern(self.dumps[:1], self.kinds[:1], self.idents[:1])
+
+
+def _find_run(ctx: _Ctx, body: Sequence[cst.BaseStatement], want: _Pattern) -> list[int]:
+    """Start indexes of the runs of statements in ``body`` whose dumps equal ``want``'s; only
+    statements of the wanted shape that spell out the wanted identifiers are dumped."""
+    n = len(want.dumps)
     have = [_kind(s) for s in body]
     return [i for i in range(len(body) - n + 1)
-            if have[i : i + n] == kinds and [ctx.stmt_dump(s) for s in body[i : i + n]] == want]
+            if have[i : i + n] == want.kinds
+            and all(ctx.spells(s, ids) for s, ids in zip(body[i : i + n], want.idents))
+            and [ctx.stmt_dump(s) for s in body[i : i + n]] == want.dumps]
 
 
 class _StmtEditor(_Editor):
@@ -211,22 +292,20 @@ class _StmtEditor(_Editor):
         super().__init__(ctx)
         self.edit = edit
         self.new_nodes = _stmt_nodes(edit.new)
-        self.new_dump = [_dump_stmts(ctx.module.code_for_node(s)) for s in self.new_nodes]
-        self.new_kinds = [_kind(s) for s in self.new_nodes]
+        self.new = _Pattern.of(edit.new, self.new_nodes)
         old = edit.old if isinstance(edit, ReplaceStmt) else edit.after
-        old_nodes = _stmt_nodes(old) if old else []
-        self.old_dump = [_dump_stmts(ctx.module.code_for_node(s)) for s in old_nodes]
-        self.old_kinds = [_kind(s) for s in old_nodes]
+        self.old = _Pattern.of(old) if old else _Pattern([], [], [])
+        self.old_dump = self.old.dumps
         self.matches = 0
         self.present = 0
 
     def _edit_body(self, body: list[cst.BaseStatement], stack: list[str], top: bool) -> list[cst.BaseStatement]:
         if not self.ctx.in_scope(stack):
             return body
-        self.present += len(_find_run(self.ctx, body, self.new_dump, self.new_kinds))
+        self.present += len(_find_run(self.ctx, body, self.new))
         if isinstance(self.edit, ReplaceStmt):
             out, i = [], 0
-            starts = set(_find_run(self.ctx, body, self.old_dump, self.old_kinds))
+            starts = set(_find_run(self.ctx, body, self.old))
             while i < len(body):
                 if i in starts:
                     self.matches += 1
@@ -239,9 +318,9 @@ class _StmtEditor(_Editor):
             return out
         # InsertAfter
         if self.old_dump:
-            points = [i + len(self.old_dump) for i in _find_run(self.ctx, body, self.old_dump, self.old_kinds)]
+            points = [i + len(self.old_dump) for i in _find_run(self.ctx, body, self.old)]
         elif top:
-            already = _find_run(self.ctx, body, self.new_dump, self.new_kinds)
+            already = _find_run(self.ctx, body, self.new)
             points = [] if already else [_after_preamble(body, module=not self.ctx.scope)]
             self.matches += bool(already)
         else:
@@ -251,7 +330,7 @@ class _StmtEditor(_Editor):
             self.matches += 1
             # The insertion is recognised by its first statement, so a later patch (ordered
             # `after` this one) may rewrite the rest without breaking t(t(x)) == t(x).
-            if not _find_run(self.ctx, body[p : p + 1], self.new_dump[:1], self.new_kinds[:1]):
+            if not _find_run(self.ctx, body[p : p + 1], self.new.first()):
                 body[p:p] = self.new_nodes
         return body
 
@@ -313,16 +392,15 @@ class _ExprVisitor(_Editor, cst.CSTTransformer):
     def in_scope(self) -> bool:
         return self.ctx.in_scope(self.stack)
 
-    def skip(self, node: cst.BaseStatement) -> bool:
-        return not any(self.ctx.may_hold(node, idents) for idents in self.idents)
-
-    def exprs(self, node: cst.BaseStatement, stack: list[str]) -> cst.BaseStatement:
-        if not self.ctx.in_scope([*stack, node.name.value] if isinstance(node, _DEFS) else stack):
-            return node
+    def exprs(self, original: cst.BaseStatement, updated: cst.BaseStatement, stack: list[str]) -> cst.BaseStatement:
+        if not self.ctx.in_scope([*stack, original.name.value] if isinstance(original, _DEFS) else stack):
+            return updated
+        if not any(self.ctx.spells(original, idents, own=True) for idents in self.idents):
+            return updated
         self.stack = list(stack)
         changed = self.changed
-        new = node.visit(self)
-        return new if self.changed != changed else node  # type: ignore[return-value]
+        new = updated.visit(self)
+        return new if self.changed != changed else updated  # type: ignore[return-value]
 
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
         return False
@@ -349,7 +427,7 @@ class _ExprEditor(_ExprVisitor):
         super().__init__(ctx)
         self.old_dump = _dump_expr(edit.old)
         self.new_dump = _dump_expr(edit.new)
-        self.idents = (_idents(edit.old, "eval"), _idents(edit.new, "eval"))
+        self.idents = (_expr_idents(edit.old), _expr_idents(edit.new))
         self.new_node = cst.parse_expression(textwrap.dedent(edit.new).strip())
         self.old_type = type(cst.parse_expression(textwrap.dedent(edit.old).strip()))
         self.new_type = type(self.new_node)
@@ -407,7 +485,7 @@ class _KeywordEditor(_ExprVisitor):
         super().__init__(ctx)
         self.edit = edit
         self.callee = _dump_expr(edit.call)
-        self.idents = (_idents(edit.call, "eval"),)
+        self.idents = (_expr_idents(edit.call),)
         self.calls = 0
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.CSTNode:
