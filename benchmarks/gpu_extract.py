@@ -203,11 +203,22 @@ def build_llama(dest: Path, layers: int, hidden=4096, inter=14336, heads=32, kv=
             else:
                 p.normal_(0.0, 0.02, generator=g)
     model.save_pretrained(str(dest), safe_serialization=True)
+    save_wordlevel_tokenizer(dest, vocab)
     n = sum(p.numel() for p in model.parameters())
     del model
     torch.cuda.empty_cache()
     print(f"built {layers}-layer model ({n / 1e9:.2f} B params) in {time.perf_counter() - t0:.1f}s", flush=True)
     return dest
+
+
+def save_wordlevel_tokenizer(dest: Path, vocab: int) -> None:
+    """A tokenizer covering every id (speculators' generator and vLLM's id check load one)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1", eos_token="t2").save_pretrained(str(dest))
 
 
 def param_counts(layers, hidden=4096, inter=14336, heads=32, kv=8, vocab=128256):
@@ -308,7 +319,7 @@ def part_check(work: Path) -> dict:
     return res
 
 
-def _hf_states_cuda(model, ids, layer_ids):
+def _hf_states_cuda(model, ids, layer_ids, device="cuda"):
     layers = model.model.layers
     n = len(layers)
     got = {}
@@ -323,7 +334,7 @@ def _hf_states_cuda(model, ids, layer_ids):
                 lambda m, a, k, o, lid=lid: got.__setitem__(lid, (o[0] if isinstance(o, tuple) else o)[0].clone()),
                 with_kwargs=True))
     try:
-        model(input_ids=torch.tensor([ids], device="cuda"), use_cache=False)
+        model(input_ids=torch.tensor([ids], device=device), use_cache=False)
     finally:
         for h in hs_:
             h.remove()

@@ -2,6 +2,9 @@
 # Run benchmarks/gpu_extract.py on the lent H200 with vLLM 0.20.0 carried in parts
 # (see /work/shared/notes/vllm-on-h200.md): parts already copied to /tmp/parts by earlier calls.
 # usage (device call, repo root): bash benchmarks/gpu_run.sh [gpu_extract.py args]
+#        bash benchmarks/gpu_run.sh cli [gpu_cli.py args]   (carry .whl: speculators 0.3.0, libcst,
+#        h2/hpack/hyperframe; speculators is installed into the vLLM site and patched there by
+#        vllm-compat, then the eagle3 CLI runs against it)
 set -u
 if [ ! -d /tmp/site/vllm ]; then
   t0=$(date +%s)
@@ -15,7 +18,16 @@ export PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv
 df -h /tmp /dev/shm
-python3 benchmarks/gpu_extract.py --out "$OUT" "$@" > "$OUT/log.txt" 2>&1
+if [ "${1:-}" = cli ]; then
+  shift
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  python3 -m vllm_compat apply --site-packages /tmp/site > "$OUT/apply.txt" 2>&1
+  python3 -m vllm_compat verify --site-packages /tmp/site >> "$OUT/apply.txt" 2>&1
+  echo "vllm-compat verify: exit $?"; tail -n 4 "$OUT/apply.txt"
+  python3 benchmarks/gpu_cli.py --out "$OUT" --site /tmp/site "$@" > "$OUT/log.txt" 2>&1
+else
+  python3 benchmarks/gpu_extract.py --out "$OUT" "$@" > "$OUT/log.txt" 2>&1
+fi
 rc=$?
 grep -v "^(EngineCore\|^INFO\|^WARNING\|^(Worker\|it/s\]" "$OUT/log.txt" | tail -c 6000
 exit $rc

@@ -41,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--input", required=True, type=Path, help="token JSON lines from prepare")
     s.add_argument("--output", required=True, type=Path, help="folder for data_{i}.pt and data_config.json")
     s.add_argument("--layers", help="comma-separated layer ids (default 2,N//2,N-3,N; id N = before the final norm)")
-    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--batch-size", type=int,
+                   help="prompts handed to the engine at once (default 8; 256 with vllm-fast, whose files are "
+                        "written in the worker, so larger batches only keep the GPU's steps full)")
     s.add_argument("--max-model-len", type=int, help="default: longest row + 1, rounded up to 32")
     s.add_argument("--tensor-parallel-size", type=int, default=1)
     s.add_argument("--shard", help="I/N: take token lines with index %% N == I (round-robin)")
@@ -49,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm",
                    help="vllm: the patched speculators generator; vllm-fast: vLLM's LLM API with a worker "
                         "extension that writes files in the worker (GPU speed); hf: transformers")
-    s.add_argument("--fsync-each", action="store_true", help="vllm-fast: fsync every file (default: one sync at the end)")
+    s.add_argument("--sync", choices=extract_mod.SYNC_MODES, default="end",
+                   help="vllm-fast durability: end = one os.sync() before exit (default, counted in the rate); "
+                        "each = fsync every file; none = leave write-back to the OS (resume redoes torn files)")
     s.add_argument("--site-packages", help="folder holding the patched speculators (default: found on sys.path)")
     s.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
 
@@ -112,7 +116,7 @@ def _cmd_extract(a: argparse.Namespace) -> int:
         model=a.model, input=a.input, output=a.output, layers=a.layers, batch_size=a.batch_size,
         max_model_len=a.max_model_len, tensor_parallel_size=a.tensor_parallel_size, shard=parse_shard(a.shard),
         dtype=a.dtype, backend=a.backend, site_packages=a.site_packages,
-        gpu_memory_utilization=a.gpu_memory_utilization, fsync_each=a.fsync_each,
+        gpu_memory_utilization=a.gpu_memory_utilization, sync=a.sync,
     ))
     rate = f", {r.written / r.seconds:.1f} samples/s, {r.tokens / r.seconds:,.0f} tokens/s" if r.seconds else ""
     print(f"{r.output}: {r.written} written, {r.skipped} already done, {len(r.bad)} bad of {r.total} "

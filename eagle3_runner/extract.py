@@ -41,6 +41,10 @@ FORMAT = "speculators-v1: data_{i}.pt = {input_ids: LongTensor[T], hidden_states
 SHARDING = "round-robin: shard I/N takes token lines with index % N == I"
 # data_config keys that must agree between runs writing into the same folder
 COMPAT_KEYS = ("model", "layer_ids", "backend", "dtype_requested")
+# --backend vllm-fast durability: one os.sync() at the end, an fsync per file, or none
+SYNC_MODES = ("end", "each", "none")
+# prompts per engine call: the slow backends return states to the driver, vllm-fast only counts
+DEFAULT_BATCH = {"vllm": 8, "hf": 8, "vllm-fast": 256}
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class ExtractOptions:
     input: Path
     output: Path
     layers: str | Sequence[int] | None = None
-    batch_size: int = 8
+    batch_size: int | None = None  # None: DEFAULT_BATCH[backend]
     max_model_len: int | None = None
     tensor_parallel_size: int = 1
     shard: tuple[int, int] = (0, 1)
@@ -57,7 +61,7 @@ class ExtractOptions:
     backend: str = "vllm"
     site_packages: str | None = None
     gpu_memory_utilization: float | None = None
-    fsync_each: bool = False  # vllm-fast: fsync every file (else one os.sync() at the end)
+    sync: str = "end"  # vllm-fast: one of SYNC_MODES
 
 
 @dataclass
@@ -133,8 +137,11 @@ def _batches(rows: Sequence[TokenRow], size: int) -> Iterator[list[TokenRow]]:
 def extract(opts: ExtractOptions) -> ExtractResult:
     if opts.dtype not in DTYPES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}")
-    if opts.batch_size < 1:
+    if opts.sync not in SYNC_MODES:
+        raise UsageError(f"--sync must be one of {', '.join(SYNC_MODES)}")
+    if opts.batch_size is not None and opts.batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
+    batch_size = opts.batch_size or DEFAULT_BATCH.get(opts.backend, 8)
     backend_cls = backend_class(opts.backend) if opts.backend != "vllm-fast" else None
     config = _load_model_config(opts.model)
     n_layers, hidden = num_layers(config), hidden_size(config)
@@ -183,7 +190,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
         return result
 
     if opts.backend == "vllm-fast":
-        return _extract_fast(opts, out, todo, layer_ids, max_len, data_config, result)
+        return _extract_fast(opts, out, todo, layer_ids, max_len, batch_size, data_config, result)
     patch_state = None
     if opts.backend == "vllm":
         from .preflight import speculators_site, verify_patch_state
@@ -209,7 +216,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
         })
         by_index = {r.index: r for r in todo}
         with _progress(len(todo)) as bar:
-            for batch in _batches(todo, opts.batch_size):
+            for batch in _batches(todo, batch_size):
                 seen: set[int] = set()
                 for index, states in backend.run([(r.index, r.input_ids) for r in batch]):
                     row = by_index[index]
@@ -229,16 +236,16 @@ def extract(opts: ExtractOptions) -> ExtractResult:
 
 
 def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_ids: list[int], max_len: int,
-                  data_config: dict[str, Any], result: ExtractResult) -> ExtractResult:
+                  batch_size: int, data_config: dict[str, Any], result: ExtractResult) -> ExtractResult:
     """``--backend vllm-fast``: vLLM's public ``LLM`` with a worker extension that captures,
     validates and writes every sample inside the worker (:mod:`eagle3_runner.fast_capture`);
     only counts travel back.  No speculators code runs, so no patch state is needed.
 
     Durability: files are written to a temporary name and renamed into place (a SIGKILL leaves
-    only whole files); without ``fsync_each`` they are flushed by one ``os.sync()`` at the end
-    instead of an fsync per file, which made the run disk-bound on the H200 (29% of prefill
-    against 89%).  A power cut mid-run can leave truncated files behind: the resume check loads
-    every existing file and redoes those.
+    only whole files).  ``sync``: ``end`` flushes them with one ``os.sync()`` before returning
+    (counted in the rate), ``each`` fsyncs every file (disk-bound on the H200: 29% of prefill
+    against 89%), ``none`` leaves write-back to the OS.  A power cut before the flush can leave
+    truncated files behind: the resume check loads every existing file and redoes those.
     """
     import os
 
@@ -249,10 +256,11 @@ def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_i
     started = time.monotonic()  # rates exclude the engine start, as for the other backends
     try:
         summary = run_fast(llm, ((r.index, r.input_ids, r.loss_mask) for r in todo), out, layer_ids,
-                           batch_size=opts.batch_size, resume=False, fsync=opts.fsync_each, max_model_len=max_len)
+                           batch_size=batch_size, resume=False, fsync=opts.sync == "each", max_model_len=max_len)
     finally:
         del llm
-    os.sync()  # counted: durable files are part of the job
+    if opts.sync == "end":
+        os.sync()  # counted: durable files are part of the job
     result.seconds = time.monotonic() - started
     write_json(out / DATA_CONFIG, data_config | {
         "dtype": summary["setup"].get("dtype"),
@@ -285,6 +293,16 @@ def _store(out: Path, row: TokenRow, states: list[Any], n_states: int, hidden: i
 
 
 def _default_memory_share() -> float:
+    """0.8 on a GPU, 0.3 on CPU, asked without spoiling vLLM's forks.
+
+    torch's default CUDA check initialises the driver in this process; vLLM then forks its
+    EngineCore and workers, which die with "Cannot re-initialize CUDA in forked subprocess" (seen
+    on the H200).  The NVML-based check does not touch the driver, and it is the one vLLM switches
+    torch to when it is imported (``vllm/env_override.py``), which here happens only later.
+    """
+    import os
+
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     import torch
 
     return 0.8 if torch.cuda.is_available() else 0.3

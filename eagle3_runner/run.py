@@ -44,7 +44,8 @@ seq_length = 2048                 # truncate conversations to this many tokens
 [extract]
 backend = "vllm"                  # "vllm" (speculators' generator, patched), "vllm-fast" (worker writes files) or "hf"
 # layers = [2, 16, 29, 32]        # default [2, N//2, N-3, N]; id N = last layer before the final norm
-batch_size = 8                    # prompts per generator call
+# batch_size = 8                  # prompts per engine call; default 8 (256 with "vllm-fast")
+# sync = "end"                    # vllm-fast durability: "end" (one os.sync), "each" (fsync per file), "none"
 # max_model_len = 2080            # default: longest row + 1, rounded up to 32
 dtype = "auto"                    # "auto" | "bfloat16" | "float32"
 tensor_parallel_size = 1
@@ -122,7 +123,7 @@ _KNOWN = {
     "": {"workdir", "model", "prepare", "extract", "vocab", "train"},
     "prepare": {"data", "seq_length"},
     "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
-                "site_packages", "gpu_memory_utilization"},
+                "site_packages", "gpu_memory_utilization", "sync"},
     "vocab": {"draft_vocab_size", "target_vocab_size"},
     "train": {"steps", "device", "lr", "seed", "num_layers", "max_len", "nproc", "ttt_steps", "scheduler",
               "noise_std"},
@@ -174,10 +175,10 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
     res.extract = extract(ExtractOptions(
         model=cfg.model, input=cfg.tokens, output=cfg.hidden_states,
         layers=",".join(str(i) for i in layers) if isinstance(layers, list) else layers,
-        batch_size=int(ex.get("batch_size", 8)), max_model_len=ex.get("max_model_len"),
+        batch_size=ex.get("batch_size"), max_model_len=ex.get("max_model_len"),
         tensor_parallel_size=int(ex.get("tensor_parallel_size", 1)), shard=parse_shard(ex.get("shard")),
         dtype=ex.get("dtype", "auto"), backend=ex.get("backend", "vllm"), site_packages=ex.get("site_packages"),
-        gpu_memory_utilization=ex.get("gpu_memory_utilization"),
+        gpu_memory_utilization=ex.get("gpu_memory_utilization"), sync=ex.get("sync", "end"),
     ))
     if res.extract.bad:
         from .errors import ExitCode, RunnerError
