@@ -12,6 +12,7 @@ CUDA query the CLI's path makes up to the engine while the NVML check is off.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,8 +44,11 @@ class EngineReached(Exception):
 def engine(*a, **k):
     raise EngineReached
 
+# the boundaries: from here on vLLM is imported, built, and forks
 from eagle3_runner import fast_capture
-fast_capture.make_llm = engine  # the boundary: vLLM is built (and forks) from here on
+from eagle3_runner.backends import speculators_vllm
+fast_capture.make_llm = engine
+speculators_vllm.SpeculatorsVllmBackend.__init__ = engine
 from eagle3_runner.cli import main
 try:
     rc = main(sys.argv[1:])
@@ -54,12 +58,15 @@ print("PROBE " + json.dumps({"rc": rc, "early": early}))
 """
 
 
-def test_extract_reaches_the_engine_without_a_driver_query(tiny_llama: Path, small_tokens: Path, tmp_path: Path) -> None:
-    env_free = {k: v for k, v in __import__("os").environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+@pytest.mark.parametrize("backend", ["vllm-fast", "vllm"])
+def test_extract_reaches_the_engine_without_a_driver_query(backend: str, request: pytest.FixtureRequest,
+                                                           tiny_llama: Path, small_tokens: Path, tmp_path: Path) -> None:
+    extra = ["--site-packages", str(request.getfixturevalue("patched_site"))] if backend == "vllm" else []
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
     p = subprocess.run(
         [sys.executable, "-c", PROBE, "extract", "--model", str(tiny_llama), "--input", str(small_tokens),
-         "--output", str(tmp_path / "out"), "--backend", "vllm-fast"],
-        capture_output=True, text=True, env=env_free, timeout=300,
+         "--output", str(tmp_path / "out"), "--backend", backend, *extra],
+        capture_output=True, text=True, env=env, timeout=300,
     )
     line = next((x for x in p.stdout.splitlines() if x.startswith("PROBE ")), None)
     assert line, p.stdout[-2000:] + p.stderr[-3000:]
