@@ -68,6 +68,7 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--backends", default="vllm,vllm-fast", help="comma-separated eagle3 extract backends")
     a = ap.parse_args()
     from eagle3_runner.tiny import build_tiny_llama
 
@@ -90,7 +91,7 @@ def main() -> int:
     floor = json.loads(found[-1])
     rows = [{"path": "LLM.generate(max_tokens=1) prefill", "tokens_per_s": floor["tokens"] / floor["seconds"]}]
     site = _site()
-    for backend in ("vllm", "vllm-fast"):
+    for backend in a.backends.split(","):
         out = work / f"out-{backend}"
         cmd = [sys.executable, "-m", "eagle3_runner", "extract", "--model", str(model), "--input", str(tokens),
                "--output", str(out), "--backend", backend, "--dtype", "float32", "--max-model-len", str(max_len),

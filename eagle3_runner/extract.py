@@ -206,7 +206,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
         site_packages=str(patch_state.site) if patch_state else opts.site_packages,
     )
     with backend_cls(options) as backend:
-        started = time.monotonic()  # rates exclude the engine start
+        started = time.monotonic()  # rates exclude the engine's start and shutdown
         write_json(out / DATA_CONFIG, data_config | {
             "dtype": backend.ran_dtype,
             "max_model_len": max_len,
@@ -230,7 +230,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
                     if r.index not in seen:
                         result.bad.append((r.index, ["the backend returned no states"]))
                         logger.error("sample %d: the backend returned no states", r.index)
-    result.seconds = time.monotonic() - started
+        result.seconds = time.monotonic() - started  # before the engine's shutdown, like its start
     result.bad.sort()
     return result
 
@@ -253,15 +253,15 @@ def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_i
 
     llm = make_llm(opts.model, max_model_len=max_len, tensor_parallel_size=opts.tensor_parallel_size,
                    dtype=opts.dtype, gpu_memory_utilization=opts.gpu_memory_utilization or _default_memory_share())
-    started = time.monotonic()  # rates exclude the engine start, as for the other backends
+    started = time.monotonic()  # rates exclude the engine's start and shutdown, as for the other backends
     try:
         summary = run_fast(llm, ((r.index, r.input_ids, r.loss_mask) for r in todo), out, layer_ids,
                            batch_size=batch_size, resume=False, fsync=opts.sync == "each", max_model_len=max_len)
+        if opts.sync == "end":
+            os.sync()  # counted: durable files are part of the job
+        result.seconds = time.monotonic() - started
     finally:
         del llm
-    if opts.sync == "end":
-        os.sync()  # counted: durable files are part of the job
-    result.seconds = time.monotonic() - started
     write_json(out / DATA_CONFIG, data_config | {
         "dtype": summary["setup"].get("dtype"),
         "max_model_len": max_len,
