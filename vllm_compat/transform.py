@@ -214,6 +214,51 @@ def _kind(node: cst.CSTNode) -> tuple[str, ...]:
     return (type(node).__name__,)
 
 
+def _head(node: cst.BaseStatement) -> str | None:
+    """A def's or class's name, or what a line's first small statement assigns to, calls or
+    returns as a dotted name (``"self.out"``, ``"self.run()"``); ``None`` for others: statements
+    with equal ASTs have equal heads where both are known (:func:`_ast_head` of the AST)."""
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return _dotted(node.name)
+    small = node.body[0] if isinstance(node, cst.SimpleStatementLine) and node.body else None
+    if isinstance(small, cst.Assign):
+        return _dotted(small.targets[0].target)
+    if isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+        return _dotted(small.target)
+    return _dotted(small.value) if isinstance(small, (cst.Expr, cst.Return)) else None
+
+
+def _dotted(e: cst.CSTNode | None) -> str | None:
+    if isinstance(e, cst.Call):
+        name = _dotted(e.func)
+        return None if name is None else name + "()"
+    if isinstance(e, cst.Attribute):
+        name = _dotted(e.value)
+        return None if name is None else f"{name}.{e.attr.value}"
+    # (ast normalises identifiers that are not ASCII: no head for those)
+    return e.value if isinstance(e, cst.Name) and e.value.isascii() else None
+
+
+def _ast_head(stmt: ast.stmt) -> str | None:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return stmt.name if stmt.name.isascii() else None
+    if isinstance(stmt, ast.Assign):
+        return _ast_dotted(stmt.targets[0])
+    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        return _ast_dotted(stmt.target)
+    return _ast_dotted(stmt.value) if isinstance(stmt, (ast.Expr, ast.Return)) else None
+
+
+def _ast_dotted(e: ast.AST | None) -> str | None:
+    if isinstance(e, ast.Call):
+        name = _ast_dotted(e.func)
+        return None if name is None else name + "()"
+    if isinstance(e, ast.Attribute):
+        name = _ast_dotted(e.value)
+        return None if name is None else f"{name}.{e.attr}"
+    return e.id if isinstance(e, ast.Name) and e.id.isascii() else None
+
+
 # The statement types of libcst (as :func:`_kind` names them) for those of ast.
 _KINDS = {
     "Expr": "Expr", "Assign": "Assign", "AugAssign": "AugAssign", "AnnAssign": "AnnAssign",
@@ -235,6 +280,7 @@ class _Pattern:
     dumps: list[str]
     kinds: list[tuple[str, ...]]
     idents: list[frozenset[str]]
+    heads: list[str | None]
 
     @classmethod
     def of(cls, code: str, nodes: Sequence[cst.BaseStatement] | None = None) -> _Pattern:
@@ -262,25 +308,27 @@ class _Pattern:
             return cls.of(code, _stmt_nodes(code))
         if body is None or sum(sizes) != len(body):
             codes = [cst.Module([]).code_for_node(n) for n in nodes or ()]
-            return cls([_dump_stmts(c) for c in codes], kinds, [_idents(ast.parse(textwrap.dedent(c).strip())) for c in codes])
+            return cls([_dump_stmts(c) for c in codes], kinds, [_idents(ast.parse(textwrap.dedent(c).strip())) for c in codes],
+                       [_head(n) for n in nodes or ()])
         groups, at = [], 0
         for n in sizes:
             groups.append(body[at : at + n])
             at += n
         return cls(["\n".join(ast.dump(s, annotate_fields=False) for s in g) for g in groups], kinds,
-                   [_idents(ast.Module(body=g, type_ignores=[])) for g in groups])
+                   [_idents(ast.Module(body=g, type_ignores=[])) for g in groups], [_ast_head(g[0]) for g in groups])
 
     def first(self) -> _Pattern:
-        return _Pattern(self.dumps[:1], self.kinds[:1], self.idents[:1])
+        return _Pattern(self.dumps[:1], self.kinds[:1], self.idents[:1], self.heads[:1])
 
 
 def _find_run(ctx: _Ctx, body: Sequence[cst.BaseStatement], want: _Pattern) -> list[int]:
     """Start indexes of the runs of statements in ``body`` whose dumps equal ``want``'s; only
-    statements of the wanted shape that spell out the wanted identifiers are dumped."""
+    statements of the wanted shape and head that spell out the wanted identifiers are dumped."""
     n = len(want.dumps)
     have = [_kind(s) for s in body]
     return [i for i in range(len(body) - n + 1)
             if have[i : i + n] == want.kinds
+            and all(h is None or _head(s) in (None, h) for s, h in zip(body[i : i + n], want.heads))
             and all(ctx.spells(s, ids) for s, ids in zip(body[i : i + n], want.idents))
             and [ctx.stmt_dump(s) for s in body[i : i + n]] == want.dumps]
 
@@ -294,7 +342,7 @@ class _StmtEditor(_Editor):
         self.new_nodes = _stmt_nodes(edit.new)
         self.new = _Pattern.of(edit.new, self.new_nodes)
         old = edit.old if isinstance(edit, ReplaceStmt) else edit.after
-        self.old = _Pattern.of(old) if old else _Pattern([], [], [])
+        self.old = _Pattern.of(old) if old else _Pattern([], [], [], [])
         self.old_dump = self.old.dumps
         self.matches = 0
         self.present = 0
@@ -461,6 +509,13 @@ class _ExprEditor(_ExprVisitor):
         return result
 
 
+def _shape(node: cst.CSTNode) -> tuple[str, ...]:
+    """The types of the statements in a def's body, a line's small statements one by one:
+    defs with equal ASTs have equal shapes."""
+    return tuple(type(x).__name__ for s in node.body.body  # type: ignore[attr-defined]
+                 for x in (s.body if isinstance(s, cst.SimpleStatementLine) else (s,)))
+
+
 class _DefReplacer(_Editor):
     def __init__(self, ctx: _Ctx, edit: ReplaceDef) -> None:
         super().__init__(ctx)
@@ -472,8 +527,10 @@ class _DefReplacer(_Editor):
         if (*stack, original.name.value) != self.ctx.scope:  # type: ignore[attr-defined]
             return updated
         self.found += 1
-        if self.ctx.stmt_dump(original) == self.new_dump:
-            return updated
+        new = self.new_nodes
+        if len(new) == 1 and type(new[0]) is type(original) and _shape(new[0]) == _shape(original) \
+                and self.ctx.stmt_dump(original) == self.new_dump:
+            return updated  # (a def of another shape differs: no need to dump it)
         first = self.new_nodes[0].with_changes(leading_lines=original.leading_lines)  # type: ignore[attr-defined]
         return [first, *self.new_nodes[1:]]
 
