@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -38,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from benchmarks.gpu_extract import DRY, _hf_states_cuda, build_llama, random_samples, rel  # noqa: E402
+from benchmarks.gpu_extract import DRY, _hf_states_cuda, build_llama, ragged_samples, random_samples, rel  # noqa: E402
 from eagle3_runner.extract import default_max_model_len  # noqa: E402
 from eagle3_runner.layers import parse_layer_ids  # noqa: E402
 from eagle3_runner.formats import read_token_rows, sample_path  # noqa: E402
@@ -245,12 +244,7 @@ def main() -> int:
         else:
             small = build_llama(work / "small", layers=4, hidden=1024, inter=2816, heads=8, kv=4, vocab=4096, seed=1)
             s_ids = [0, 1, 3, 4]
-        rng = random.Random(3)
-        samples = []
-        for i in range(14):
-            k = 700 if i == 4 else rng.randint(3, 300)
-            samples.append((i, [rng.randrange(5, 500) for _ in range(k)], [rng.randint(0, 1) for _ in range(k)]))
-        samples.append((14, list(samples[2][1]), list(samples[2][2])))
+        samples = ragged_samples(500 if DRY else 4096, dup_index=14)
         srows = write_rows(work / "small_rows.jsonl", samples)
         common = ("--layers", ",".join(map(str, s_ids)), "--max-model-len", "1024", "--batch-size", "8")
         r = {"layer_ids": s_ids, "lengths": [len(s[1]) for s in samples]}

@@ -227,6 +227,17 @@ def param_counts(layers, hidden=4096, inter=14336, heads=32, kv=8, vocab=128256)
     return {"non_embedding": layers * per_layer + hidden, "embedding": vocab * hidden, "lm_head": vocab * hidden}
 
 
+def ragged_samples(vocab: int, dup_index: int) -> list:
+    """14 prompts of 3-300 tokens, one of 700 (chunked over several steps), and a duplicate of #2."""
+    rng = random.Random(3)
+    samples = []
+    for i in range(14):
+        n = 700 if i == 4 else rng.randint(3, 300)
+        samples.append((i, [rng.randrange(5, vocab) for _ in range(n)], [rng.randint(0, 1) for _ in range(n)]))
+    samples.append((dup_index, list(samples[2][1]), list(samples[2][2])))
+    return samples
+
+
 def random_samples(n, length, vocab, seed, start=0):
     rng = random.Random(seed)
     return [(start + i, [rng.randrange(100, vocab) for _ in range(length)],
@@ -286,12 +297,7 @@ def part_check(work: Path) -> dict:
 
     mdir = build_llama(work / "small", layers=4, hidden=1024, inter=2816, heads=8, kv=4, vocab=4096, seed=1)
     layer_ids = [0, 1, 3, 4]
-    rng = random.Random(3)
-    samples = []
-    for i in range(14):
-        n = 700 if i == 4 else rng.randint(3, 300)
-        samples.append((i, [rng.randrange(5, 4096) for _ in range(n)], [rng.randint(0, 1) for _ in range(n)]))
-    samples.append((99, list(samples[2][1]), list(samples[2][2])))
+    samples = ragged_samples(4096, dup_index=99)
     llm = fc.make_llm(mdir, max_model_len=1024, dtype="bfloat16", gpu_memory_utilization=0.3,
                       max_num_batched_tokens=256, max_num_seqs=16)
     out = work / "check_out"
