@@ -214,49 +214,34 @@ def _kind(node: cst.CSTNode) -> tuple[str, ...]:
     return (type(node).__name__,)
 
 
-def _head(node: cst.BaseStatement) -> str | None:
+def _head(stmt: cst.CSTNode | ast.AST | None) -> str | None:
     """A def's or class's name, or what a line's first small statement assigns to, calls or
-    returns as a dotted name (``"self.out"``, ``"self.run()"``); ``None`` for others: statements
-    with equal ASTs have equal heads where both are known (:func:`_ast_head` of the AST)."""
-    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-        return _dotted(node.name)
-    small = node.body[0] if isinstance(node, cst.SimpleStatementLine) and node.body else None
-    if isinstance(small, cst.Assign):
-        return _dotted(small.targets[0].target)
-    if isinstance(small, (cst.AugAssign, cst.AnnAssign)):
-        return _dotted(small.target)
-    return _dotted(small.value) if isinstance(small, (cst.Expr, cst.Return)) else None
+    returns, as a dotted name (``"self.out"``, ``"self.run()"``); ``None`` for others.  Of a
+    statement of libcst or of ast: statements with equal ASTs have equal heads where known."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        stmt = stmt.body[0] if stmt.body else None
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return _dotted(stmt.name) if isinstance(stmt.name, cst.Name) else _ascii(stmt.name)
+    if isinstance(stmt, (cst.Assign, ast.Assign)):
+        target = stmt.targets[0]
+        return _dotted(target.target if isinstance(target, cst.AssignTarget) else target)
+    if isinstance(stmt, (cst.AugAssign, cst.AnnAssign, ast.AugAssign, ast.AnnAssign)):
+        return _dotted(stmt.target)
+    return _dotted(stmt.value) if isinstance(stmt, (cst.Expr, cst.Return, ast.Expr, ast.Return)) else None
 
 
-def _dotted(e: cst.CSTNode | None) -> str | None:
-    if isinstance(e, cst.Call):
+def _dotted(e: cst.CSTNode | ast.AST | None) -> str | None:
+    if isinstance(e, (cst.Call, ast.Call)):
         name = _dotted(e.func)
         return None if name is None else name + "()"
-    if isinstance(e, cst.Attribute):
-        name = _dotted(e.value)
-        return None if name is None else f"{name}.{e.attr.value}"
-    # (ast normalises identifiers that are not ASCII: no head for those)
-    return e.value if isinstance(e, cst.Name) and e.value.isascii() else None
+    if isinstance(e, (cst.Attribute, ast.Attribute)):
+        name, attr = _dotted(e.value), e.attr if isinstance(e.attr, str) else _ascii(e.attr.value)
+        return None if name is None or attr is None else f"{name}.{attr}"
+    return _ascii(e.value) if isinstance(e, cst.Name) else _ascii(e.id) if isinstance(e, ast.Name) else None
 
 
-def _ast_head(stmt: ast.stmt) -> str | None:
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return stmt.name if stmt.name.isascii() else None
-    if isinstance(stmt, ast.Assign):
-        return _ast_dotted(stmt.targets[0])
-    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
-        return _ast_dotted(stmt.target)
-    return _ast_dotted(stmt.value) if isinstance(stmt, (ast.Expr, ast.Return)) else None
-
-
-def _ast_dotted(e: ast.AST | None) -> str | None:
-    if isinstance(e, ast.Call):
-        name = _ast_dotted(e.func)
-        return None if name is None else name + "()"
-    if isinstance(e, ast.Attribute):
-        name = _ast_dotted(e.value)
-        return None if name is None else f"{name}.{e.attr}"
-    return e.id if isinstance(e, ast.Name) and e.id.isascii() else None
+def _ascii(name: str) -> str | None:
+    return name if name.isascii() else None  # ast normalises other identifiers: not known
 
 
 # The statement types of libcst (as :func:`_kind` names them) for those of ast.
@@ -315,7 +300,7 @@ class _Pattern:
             groups.append(body[at : at + n])
             at += n
         return cls(["\n".join(ast.dump(s, annotate_fields=False) for s in g) for g in groups], kinds,
-                   [_idents(ast.Module(body=g, type_ignores=[])) for g in groups], [_ast_head(g[0]) for g in groups])
+                   [_idents(ast.Module(body=g, type_ignores=[])) for g in groups], [_head(g[0]) for g in groups])
 
     def first(self) -> _Pattern:
         return _Pattern(self.dumps[:1], self.kinds[:1], self.idents[:1], self.heads[:1])
