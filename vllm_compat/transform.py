@@ -435,24 +435,17 @@ class _ExprVisitor(_Editor, cst.CSTTransformer):
         new = updated.visit(self)
         return new if self.changed != changed else updated  # type: ignore[return-value]
 
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
-        return False
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.IndentedBlock):
+            return False  # the walk goes through it statement by statement
+        if isinstance(node, _DEFS):
+            self.stack.append(node.name.value)
+        return super().on_visit(node)
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        self.stack.append(node.name.value)
-        return True
-
-    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.CSTNode:
-        self.stack.pop()
-        return updated
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        self.stack.append(node.name.value)
-        return True
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.CSTNode:
-        self.stack.pop()
-        return updated
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        if isinstance(original, _DEFS):
+            self.stack.pop()
+        return super().on_leave(original, updated)
 
 
 class _ExprEditor(_ExprVisitor):
