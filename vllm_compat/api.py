@@ -7,7 +7,6 @@ libcst (``verify`` on an up-to-date site does not even load the catalog).
 
 from __future__ import annotations
 
-import difflib
 import logging
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -83,7 +82,7 @@ class Report:
 class ApplyResult:
     report: Report  # the state before the run
     written: tuple[str, ...]
-    diffs: dict[str, str] = field(default_factory=dict)
+    diffs: dict[str, str] = field(default_factory=dict)  # dry runs only
     dry_run: bool = False
     nothing_to_do: bool = False  # the state was already complete: not a byte was written
 
@@ -294,8 +293,8 @@ def _apply(plan: _Plan, dry_run: bool, allow_unsupported: bool) -> ApplyResult:
                 backups[rel] = pristine
         if data != current:
             writes[rel] = data
-    diffs = {rel: _udiff(rel, _read(plan.target, rel), data) for rel, data in writes.items()}
     if dry_run:
+        diffs = {rel: _udiff(rel, _read(plan.target, rel), data) for rel, data in writes.items()}
         return ApplyResult(report, (), diffs, dry_run=True)
     _check_writable(plan.target, writes)
     manifest = Manifest(
@@ -307,7 +306,7 @@ def _apply(plan: _Plan, dry_run: bool, allow_unsupported: bool) -> ApplyResult:
     )
     plan.store.commit(writes, backups, manifest)
     log.info("patched %d file(s) in %s", len(writes), plan.target.site)
-    return ApplyResult(report, tuple(sorted(writes)), diffs)
+    return ApplyResult(report, tuple(sorted(writes)))
 
 
 def _check_writable(target: Target, writes: dict[str, bytes | None]) -> None:
@@ -321,6 +320,8 @@ def _check_writable(target: Target, writes: dict[str, bytes | None]) -> None:
 
 
 def _udiff(rel: str, before: bytes | None, after: bytes | None) -> str:
+    import difflib  # noqa: PLC0415 - dry runs and `diff` only
+
     a = (before or b"").decode("utf-8", "replace").splitlines(keepends=True)
     b = (after or b"").decode("utf-8", "replace").splitlines(keepends=True)
     return "".join(difflib.unified_diff(a, b, f"a/{rel}", f"b/{rel}"))
