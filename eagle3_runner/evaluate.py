@@ -163,7 +163,7 @@ def heldout_files(train_output: Path) -> list[Path]:
     return files
 
 
-def _verifier_head(verifier: Path) -> tuple[Any, Any, float]:
+def verifier_head(verifier: Path) -> tuple[Any, Any, float]:
     """The verifier's final norm weight, lm_head weight and norm epsilon (float32)."""
     from speculators.utils.loading import load_model_layers
     from transformers import AutoConfig
@@ -207,7 +207,7 @@ def evaluate(draft: Path, data: Path | None = None, verifier: Path | None = None
     verifier = Path(verifier or config.speculators_config.verifier.name_or_path)
     config.transformer_layer_config._attn_implementation = attention_for(device)
     model = model.to(device).eval()
-    norm_w, head_w, eps = (t.to(device) if isinstance(t, torch.Tensor) else t for t in _verifier_head(verifier))
+    norm_w, head_w, eps = (t.to(device) if isinstance(t, torch.Tensor) else t for t in verifier_head(verifier))
 
     sp = _import_speculators()
     dataset = sp["Eagle3SampleFileDataset"](max_len=10**9, file_list=[str(f) for f in files])

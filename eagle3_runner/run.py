@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadInput
+from .evaluate import EVAL_FILE
 from .extract import ExtractOptions, ExtractResult, extract, parse_shard
 from .formats import freq_path_for
 from .prepare import prepare
@@ -55,6 +56,7 @@ tensor_parallel_size = 1
 [vocab]
 draft_vocab_size = 32000
 # target_vocab_size = 128256      # default: the model's vocab_size (recorded by prepare)
+# from_verifier = true            # rank tokens by the verifier's top-1 predictions first (default)
 
 [train]
 steps = 1000
@@ -64,9 +66,15 @@ seed = 0
 num_layers = 1                    # draft decoder layers
 max_len = 2048                    # tokens per packed batch
 nproc = 1                         # > 1: runs under torchrun (FSDP; gloo on CPU, nccl on CUDA)
+# val_fraction = 0.1              # held out for the offline acceptance evaluation (eval.json)
+
+[serve_check]                     # vLLM serves the draft on the held-out turns (serve_check.json)
+enabled = true
+# tolerance = 0.05                # fail (exit 7) when served and offline acceptance differ by more
 '''
 
-STEPS = ("prepare", "extract", "vocab", "train")
+STEPS = ("prepare", "extract", "vocab", "train", "serve_check")
+SERVE_CHECK_FILE = "serve_check.json"
 
 
 @dataclass
@@ -78,6 +86,7 @@ class PipelineConfig:
     extract: dict[str, Any] = field(default_factory=dict)
     vocab: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
+    serve_check: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens(self) -> Path:
@@ -103,6 +112,8 @@ class PipelineResult:
     train: TrainResult | None = None
     checkpoint: Path | None = None
     losses: list[float] = field(default_factory=list)
+    offline: dict[str, Any] | None = None  # eval.json: the acceptance predicted from training's forward
+    served: dict[str, Any] | None = None  # serve_check.json: the acceptance vLLM reported
 
 
 def _toml_load(path: Path) -> dict[str, Any]:
@@ -120,13 +131,14 @@ def _toml_load(path: Path) -> dict[str, Any]:
 
 
 _KNOWN = {
-    "": {"workdir", "model", "prepare", "extract", "vocab", "train"},
+    "": {"workdir", "model", "prepare", "extract", "vocab", "train", "serve_check"},
     "prepare": {"data", "seq_length"},
     "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
                 "site_packages", "gpu_memory_utilization", "sync"},
-    "vocab": {"draft_vocab_size", "target_vocab_size"},
+    "vocab": {"draft_vocab_size", "target_vocab_size", "from_verifier"},
     "train": {"steps", "device", "lr", "seed", "num_layers", "max_len", "nproc", "ttt_steps", "scheduler",
-              "noise_std"},
+              "noise_std", "val_fraction"},
+    "serve_check": {"enabled", "tolerance", "dtype"},
 }
 
 
@@ -156,6 +168,7 @@ def load_config(path: Path) -> PipelineConfig:
         extract=dict(raw.get("extract", {})),
         vocab=dict(raw.get("vocab", {})),
         train=dict(raw.get("train", {})),
+        serve_check=dict(raw.get("serve_check", {})),
     )
 
 
@@ -193,7 +206,8 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
         res.skipped.append("vocab")
         logger.info("vocab: %s is complete, skipped", cfg.vocab_dir)
     else:
-        build_vocab(freq_path_for(cfg.tokens), voc.get("target_vocab_size"), int(voc["draft_vocab_size"]), cfg.vocab_dir)
+        build_vocab(freq_path_for(cfg.tokens), voc.get("target_vocab_size"), int(voc["draft_vocab_size"]), cfg.vocab_dir,
+                    data=cfg.hidden_states if voc.get("from_verifier", True) else None)
 
     tr = cfg.train
     steps = int(tr.get("steps", 100))
@@ -206,7 +220,7 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
             device=tr.get("device", "cpu"), lr=float(tr.get("lr", 1e-4)), seed=int(tr.get("seed", 0)),
             num_layers=int(tr.get("num_layers", 1)), max_len=int(tr.get("max_len", 2048)),
             ttt_steps=int(tr.get("ttt_steps", 3)), scheduler=tr.get("scheduler", "linear"),
-            noise_std=float(tr.get("noise_std", 0.0)),
+            noise_std=float(tr.get("noise_std", 0.0)), val_fraction=float(tr.get("val_fraction", 0.1)),
         )
         nproc = int(tr.get("nproc", 1))
         if nproc > 1:
@@ -217,7 +231,52 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
             res.train = train(opts)
     res.checkpoint = cfg.checkpoint / "0"
     res.losses = read_losses(cfg.checkpoint)
+    res.offline = _read_json(cfg.checkpoint / EVAL_FILE)
+    if res.offline is not None and cfg.serve_check.get("enabled", True):
+        res.served = _serve_step(cfg, res, force, k=int(tr.get("ttt_steps", 3)))
     return res
+
+
+def acceptance_problem(cfg: PipelineConfig, res: PipelineResult) -> str | None:
+    """What is wrong with the served result, if anything: outputs that changed with the draft, or
+    (with a ``[serve_check] tolerance``) served acceptance far from the offline prediction."""
+    if not res.served:
+        return None
+    if not res.served.get("outputs_equal_reference", True):
+        return (f"vLLM's output with the draft differs from the verifier's alone (prompts "
+                f"{res.served['outputs_differing'][:20]}): speculative decoding was not lossless")
+    tolerance = cfg.serve_check.get("tolerance")
+    gap = max(abs(a - b) for a, b in zip(res.served["acceptance_per_position"], res.offline["acceptance_per_position"]))
+    if tolerance is not None and gap > float(tolerance):
+        return (f"served acceptance per position differs from the offline prediction by {gap:.3f} "
+                f"(> tolerance {tolerance})")
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -> dict[str, Any]:
+    """vLLM serves the held-out turns with the draft; skipped when done for this checkpoint."""
+    from .atomic import write_json
+    from .serve_check import check_draft
+
+    out = cfg.workdir / SERVE_CHECK_FILE
+    done = _read_json(out)
+    trained = (cfg.checkpoint / "0" / "model.safetensors").stat().st_mtime
+    if not force and done and done.get("checkpoint_mtime") == trained:
+        res.skipped.append("serve_check")
+        logger.info("serve_check: %s is up to date, skipped", out)
+    else:
+        done = check_draft(cfg.checkpoint, k=k, dtype=cfg.serve_check.get("dtype"))
+        done.pop("outputs", None)
+        done["checkpoint_mtime"] = trained
+        write_json(out, done)
+    return done
 
 
 def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 30, rows: int = 48) -> PipelineConfig:

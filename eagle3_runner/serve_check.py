@@ -188,6 +188,40 @@ def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Promp
     return out
 
 
+def _data_dtype(files: Sequence[Path]) -> str:
+    """The dtype the samples were extracted in (their data_config.json), so that served and offline
+    numbers come from the same verifier arithmetic; ``auto`` when it is not recorded."""
+    from .formats import DATA_CONFIG
+
+    try:
+        return str(json.loads((Path(files[0]).parent / DATA_CONFIG).read_text(encoding="utf-8"))["dtype"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return "auto"
+
+
+def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None = None, k: int = 3,
+                max_tokens: int | None = None, dtype: str | None = None, reference: bool = True,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``eagle3 serve-check``: the checkpoint's verifier (or ``verifier``) serves ``prompts``
+    (default: the draft's held-out turns) with the draft."""
+    from .evaluate import heldout_files, resolve_checkpoint
+
+    ckpt, train_out = resolve_checkpoint(draft)
+    if verifier is None:
+        cfg = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+        verifier = Path(cfg["speculators_config"]["verifier"]["name_or_path"])
+    if prompts is None:
+        files = heldout_files(train_out)
+        ps, lengths = prompts_from_samples(files, k)
+        dtype = dtype or _data_dtype(files)
+    else:
+        ps, found = prompts_from_file(prompts, k)
+        lengths = found or [DEFAULT_MAX_TOKENS] * len(ps)
+    if max_tokens is not None:
+        lengths = [max_tokens] * len(ps)
+    return serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype or "auto", reference=reference, env=env)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The child process: ``--request FILE --result FILE`` (one engine)."""
     p = argparse.ArgumentParser(prog="python -m eagle3_runner.serve_check")
