@@ -163,14 +163,32 @@ def heldout_files(train_output: Path) -> list[Path]:
     return files
 
 
+def load_tensors(folder: Path, names: list[str]) -> dict[str, Any]:
+    """The named tensors of a safetensors checkpoint (one file or an index of shards) that exist."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        where = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    elif (folder / "model.safetensors").is_file():
+        where = dict.fromkeys(names, "model.safetensors")
+    else:
+        raise BadInput(f"{folder} holds no model.safetensors (or its index)")
+    out: dict[str, Any] = {}
+    for shard in sorted({where[n] for n in names if n in where}):
+        with safe_open(str(folder / shard), framework="pt") as fh:
+            out.update({n: fh.get_tensor(n) for n in names if where.get(n) == shard and n in fh.keys()})
+    return out
+
+
 def verifier_head(verifier: Path) -> tuple[Any, Any, float]:
     """The verifier's final norm weight, lm_head weight and norm epsilon (float32)."""
-    from speculators.utils.loading import load_model_layers
     from transformers import AutoConfig
 
     cfg = AutoConfig.from_pretrained(str(verifier))
     cfg = getattr(cfg, "text_config", None) or cfg
-    w = load_model_layers(["model.norm.weight", "lm_head.weight", "model.embed_tokens.weight"], str(verifier))
+    w = load_tensors(verifier, ["model.norm.weight", "lm_head.weight", "model.embed_tokens.weight"])
     head = w.get("lm_head.weight", w.get("model.embed_tokens.weight"))
     if "model.norm.weight" not in w or head is None:
         raise BadInput(f"{verifier}: no model.norm.weight / lm_head.weight to compute the verifier's tokens")

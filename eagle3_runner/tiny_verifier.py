@@ -24,6 +24,9 @@ from .tiny import build_tiny_llama, tiny_chat_dataset
 logger = logging.getLogger(__name__)
 
 TRAINING_FILE = "verifier_training.json"
+# Longer answers than the chat set's default: the first draft of a turn is the hardest to accept
+# (it has to guess how the verifier opens its answer), so longer turns weigh it as serving does.
+SENTENCES = (3, 6)
 
 
 def _encode(tokenizer, rows: list[dict]) -> list[list[int]]:  # noqa: ANN001
@@ -45,7 +48,7 @@ def build_learnable_llama(dest: Path, seed: int = 0, steps: int = 120, batch: in
     build_tiny_llama(dest, seed=seed)
     tok = AutoTokenizer.from_pretrained(str(dest))
     model = AutoModelForCausalLM.from_pretrained(str(dest), dtype=torch.float32)
-    seqs = _encode(tok, tiny_chat_dataset(rows, seed=seed + 1000))  # not the rows eagle3 run uses
+    seqs = _encode(tok, tiny_chat_dataset(rows, seed=seed + 1000, sentences=SENTENCES))  # not eagle3 run's rows
     torch.manual_seed(seed)
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -65,7 +68,7 @@ def build_learnable_llama(dest: Path, seed: int = 0, steps: int = 120, batch: in
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(round(float(loss), 4))
+        losses.append(round(float(loss.detach()), 4))
         if step % 20 == 0 or step == steps - 1:
             logger.info("tiny verifier step %d/%d loss %.3f (%.0fs)", step + 1, steps, losses[-1], time.monotonic() - t0)
     model.eval()
@@ -73,6 +76,7 @@ def build_learnable_llama(dest: Path, seed: int = 0, steps: int = 120, batch: in
     from .atomic import write_json
 
     write_json(dest / TRAINING_FILE, {"seed": seed, "steps": steps, "batch": batch, "lr": lr, "rows": rows,
+                                      "sentences": list(SENTENCES),
                                       "losses": losses, "seconds": round(time.monotonic() - t0, 1)})
     return dest
 
