@@ -17,7 +17,6 @@ ROOT_PACKAGE = "vllm"
 
 # Resolved objects -----------------------------------------------------------------------------
 
-
 @dataclass(frozen=True)
 class _Mod:
     module: _Module
