@@ -7,7 +7,7 @@ import json
 import pytest
 
 from eagle3_runner.formats import freq_path_for, read_token_rows
-from eagle3_runner.prepare import mask_by_prefix_diff, mask_with_generation_tags
+from eagle3_runner.chat_tokens import mask_by_prefix_diff, mask_with_generation_tags
 
 
 def _spans(mask: list[int]) -> list[tuple[int, int]]:
