@@ -98,7 +98,7 @@ class RegenerateResult:
     dropped_rows: int = 0
     stop_token_ids: list[int] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)  # stop strings (markers rendered as text)
-    dtype: str | None = None  # what the engine ran (None: no engine was needed)
+    dtype: str | None = None  # what the engine ran these rows in (several: comma-separated)
     seconds: float = 0.0  # generation only, without the engine's start
 
     def record(self) -> dict[str, Any]:
@@ -182,8 +182,8 @@ class _Job:
         before = [k for k in range(at) if self.messages[k]["role"] == "assistant"]
         self.messages = self.messages[: before[-1] + 1] if before else None
 
-    def entry(self) -> dict[str, Any]:
-        return {"key": self.key, "messages": self.messages, "dropped": self.dropped,
+    def entry(self, dtype: str | None) -> dict[str, Any]:
+        return {"key": self.key, "messages": self.messages, "dropped": self.dropped, "dtype": dtype,
                 "turns": [{"index": t.index, "ids": t.ids, "finish": t.finish} for t in self.turns]}
 
 
@@ -212,6 +212,7 @@ def regenerate(model: Path, rows: Sequence[SourceRow], out: Path, options: Regen
     done = side.load()
     result = RegenerateResult([], Path(out), stop_token_ids=stop_ids, stop=stop)
     jobs: dict[int, _Job] = {}
+    used: list[dict[str, Any]] = []  # side-file entries of the rows reused
     slots: list[RegeneratedRow | None] = []
     for i, row in enumerate(rows):
         if not row.is_chat:
@@ -220,7 +221,7 @@ def regenerate(model: Path, rows: Sequence[SourceRow], out: Path, options: Regen
         key = row_key(row)
         if key in done:
             slots.append(_from_entry(row, done[key]))
-            result.reused += 1
+            used.append(done[key])
         else:
             slots.append(None)
             jobs[i] = _Job(row, key)
@@ -230,7 +231,8 @@ def regenerate(model: Path, rows: Sequence[SourceRow], out: Path, options: Regen
             slots[i] = RegeneratedRow(replace(job.row, messages=job.messages), tuple(job.turns), job.error)
         result.regenerated = sum(1 for j in jobs.values() if not j.error)
     result.rows = [s for s in slots if s is not None]
-    _count(result, tokenizer, set(stop_ids), stop, done, jobs)
+    result.reused = len(used)
+    _count(result, tokenizer, set(stop_ids), stop, used, jobs)
     return result
 
 
@@ -252,7 +254,7 @@ def _settings(model: Path, tokenizer: Any, o: RegenerateOptions, stop_ids: list[
 
 
 def _count(result: RegenerateResult, tokenizer: Any, stop_ids: set[int], stop: list[str],
-           done: dict[str, dict[str, Any]], jobs: dict[int, _Job]) -> None:
+           used: list[dict[str, Any]], jobs: dict[int, _Job]) -> None:
     for r in result.rows:
         for t in r.turns:
             result.turns += 1
@@ -261,7 +263,9 @@ def _count(result: RegenerateResult, tokenizer: Any, stop_ids: set[int], stop: l
             result.retokenized_differs += _content(tokenizer, t, stop_ids, stop)[1]
         if r.row.is_chat and r.row.messages is None and not r.error:
             result.dropped_rows += 1
-    result.dropped_turns = sum(int(e.get("dropped", 0)) for e in done.values()) + sum(j.dropped for j in jobs.values())
+    result.dropped_turns = sum(int(e.get("dropped", 0)) for e in used) + sum(j.dropped for j in jobs.values())
+    ran = {str(e.get("dtype")) for e in used if e.get("dtype")} | ({result.dtype} if result.dtype else set())
+    result.dtype = ",".join(sorted(ran)) or None
 
 
 def engine_dtype(requested: str, config: Any, on_cpu: bool) -> str:
@@ -352,7 +356,7 @@ def _run(model: Path, rt: RowTokenizer, jobs: list[_Job], side: SideFile, o: Reg
                     progress.update(len(batch))
                     elapsed = max(time.monotonic() - started, 1e-9)
                     progress.set_postfix_str(f"{generated / elapsed:,.0f} tok/s")
-                side.append([j.entry() for j in chunk if not j.error])
+                side.append([j.entry(result.dtype) for j in chunk if not j.error])
         result.seconds = time.monotonic() - started
     finally:
         del llm

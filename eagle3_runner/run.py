@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput
+from .errors import BadInput, UsageError
 from .extract import ExtractOptions, ExtractResult, extract, parse_shard
 from .formats import freq_path_for
-from .prepare import prepare
+from .prepare import PrepareResult, prepare, prepare_is_complete
+from .prepare import request as prepare_request
+from .regenerate import RegenerateOptions
 from .train import TrainOptions, TrainResult, checkpoint_is_complete, read_losses, train
 from .vocab import build_vocab, vocab_is_complete
 
@@ -38,8 +40,19 @@ workdir = "runs/llama-8b"
 model = "/models/Meta-Llama-3.1-8B-Instruct"
 
 [prepare]
-data = "data/chat.jsonl"          # JSON lines {"messages": [{"role": ..., "content": ...}, ...]}
-seq_length = 2048                 # truncate conversations to this many tokens
+data = "data/chat.jsonl"          # or a list; JSON lines, Parquet or a datasets folder (save_to_disk) of
+                                  # {"messages": [...]}, ShareGPT {"conversations": [...]} or {"text": ...} rows
+seq_length = 2048                 # truncate rows to this many tokens
+# chat_template = "chatml"        # a .jinja file or llama-3 | chatml | deepseek | kimi (default: the tokenizer's)
+# format = "auto"                 # "auto" (detected per file) | "messages" | "sharegpt" | "text"
+# skip_bad = false                # true: skip bad rows, listed in WORKDIR/tokens.skipped.jsonl
+regenerate = false                # true: assistant turns replaced by the model's own responses (vLLM;
+                                  # engine settings from [extract]; resumable: WORKDIR/tokens.regenerated.jsonl)
+# temperature = 0.0               # regenerate: 0 = greedy
+# top_p = 1.0
+# max_new_tokens = 512
+# seed = 0
+# regenerate_batch_size = 256     # rows per engine batch and side-file append
 
 [extract]
 backend = "vllm"                  # "vllm" (speculators' generator, patched), "vllm-fast" (worker writes files) or "hf"
@@ -73,11 +86,12 @@ STEPS = ("prepare", "extract", "vocab", "train")
 class PipelineConfig:
     workdir: Path
     model: Path
-    data: Path
+    data: Path | list[Path]
     seq_length: int = 2048
     extract: dict[str, Any] = field(default_factory=dict)
     vocab: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
+    prepare: dict[str, Any] = field(default_factory=dict)  # [prepare] beyond data and seq_length
 
     @property
     def tokens(self) -> Path:
@@ -99,6 +113,7 @@ class PipelineConfig:
 @dataclass
 class PipelineResult:
     skipped: list[str] = field(default_factory=list)
+    prepare: PrepareResult | None = None
     extract: ExtractResult | None = None
     train: TrainResult | None = None
     checkpoint: Path | None = None
@@ -121,7 +136,8 @@ def _toml_load(path: Path) -> dict[str, Any]:
 
 _KNOWN = {
     "": {"workdir", "model", "prepare", "extract", "vocab", "train"},
-    "prepare": {"data", "seq_length"},
+    "prepare": {"data", "seq_length", "chat_template", "format", "skip_bad", "regenerate", "temperature", "top_p",
+                "max_new_tokens", "seed", "regenerate_batch_size"},
     "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
                 "site_packages", "gpu_memory_utilization", "sync"},
     "vocab": {"draft_vocab_size", "target_vocab_size"},
@@ -148,27 +164,65 @@ def load_config(path: Path) -> PipelineConfig:
         raise BadInput(f"{path}: [prepare] data is required")
     if "draft_vocab_size" not in raw.get("vocab", {}):
         raise BadInput(f"{path}: [vocab] draft_vocab_size is required")
+    data = prep["data"]
+    if not (isinstance(data, str) or (isinstance(data, list) and data and all(isinstance(d, str) for d in data))):
+        raise BadInput(f"{path}: [prepare] data must be a path or a non-empty list of paths")
     return PipelineConfig(
         workdir=base / raw["workdir"],
         model=base / raw["model"],
-        data=base / prep["data"],
+        data=base / data if isinstance(data, str) else [base / d for d in data],
         seq_length=int(prep.get("seq_length", 2048)),
+        prepare=_prepare_keys(prep, base),
         extract=dict(raw.get("extract", {})),
         vocab=dict(raw.get("vocab", {})),
         train=dict(raw.get("train", {})),
     )
 
 
+_PREPARE_TYPES: dict[str, tuple[type, ...]] = {
+    "chat_template": (str,), "format": (str,), "skip_bad": (bool,), "regenerate": (bool,),
+    "temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,), "seed": (int,),
+    "regenerate_batch_size": (int,),
+}
+
+
+def _prepare_keys(prep: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = {k: v for k, v in prep.items() if k in _PREPARE_TYPES}
+    for key, value in out.items():
+        types = _PREPARE_TYPES[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise UsageError(f"[prepare] {key} = {value!r}: expected {' or '.join(t.__name__ for t in types)}")
+    template = out.get("chat_template")
+    if template and (base / template).is_file():  # a file relative to the config; else a built-in name
+        out["chat_template"] = str(base / template)
+    return out
+
+
+def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None:
+    p, ex = cfg.prepare, cfg.extract
+    regen = RegenerateOptions(
+        temperature=float(p.get("temperature", 0.0)), top_p=float(p.get("top_p", 1.0)),
+        max_new_tokens=int(p.get("max_new_tokens", 512)), seed=int(p.get("seed", 0)),
+        batch_size=int(p.get("regenerate_batch_size", 256)), dtype=ex.get("dtype", "auto"),
+        tensor_parallel_size=int(ex.get("tensor_parallel_size", 1)),
+        gpu_memory_utilization=ex.get("gpu_memory_utilization"),
+    ) if p.get("regenerate", False) else None
+    kw: dict[str, Any] = dict(chat_template=p.get("chat_template"), format=p.get("format", "auto"),
+                              skip_bad=bool(p.get("skip_bad", False)), regenerate=regen)
+    wanted = prepare_request(cfg.model, cfg.data, cfg.seq_length, **kw)
+    if not force and prepare_is_complete(cfg.tokens, wanted):
+        res.skipped.append("prepare")
+        logger.info("prepare: %s is complete for this config, skipped", cfg.tokens)
+        return
+    r = res.prepare = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length, **kw)
+    logger.info("prepare: %d rows, %d tokens (%d in the loss, %d bad rows skipped)", r.rows, r.tokens,
+                r.masked_tokens, r.skipped)
+
+
 def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
     res = PipelineResult()
     cfg.workdir.mkdir(parents=True, exist_ok=True)
-
-    if not force and cfg.tokens.is_file() and freq_path_for(cfg.tokens).is_file():
-        res.skipped.append("prepare")
-        logger.info("prepare: %s exists, skipped", cfg.tokens)
-    else:
-        r = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length)
-        logger.info("prepare: %d rows, %d tokens (%d in the loss)", r.rows, r.tokens, r.masked_tokens)
+    _prepare_step(cfg, force, res)
 
     ex = cfg.extract
     layers = ex.get("layers")
