@@ -19,7 +19,8 @@ with the generation prompt; sampling is greedy by default.
   conversation; the row is cut back to its last assistant turn before it, or dropped.
 * Resumable: finished rows are appended, a batch at a time, to a side file
   (:mod:`eagle3_runner.regen_store`); a re-run with the same settings skips them, so a killed run
-  loses at most the batch in flight.  Rows are keyed by a hash of their content.
+  loses at most the batch in flight.  Rows are keyed by a hash of their content; a row that had
+  turns dropped for length is redone when the prompt limit grows.
 
 Engine: float32 on CPU when the model is float32 and ``dtype`` is ``auto`` (vLLM's CPU build
 would run it in bfloat16), ``gpu_memory_utilization`` 0.8 on GPUs and 0.3 on CPU by default.
@@ -182,9 +183,15 @@ class _Job:
         before = [k for k in range(at) if self.messages[k]["role"] == "assistant"]
         self.messages = self.messages[: before[-1] + 1] if before else None
 
-    def entry(self, dtype: str | None) -> dict[str, Any]:
-        return {"key": self.key, "messages": self.messages, "dropped": self.dropped, "dtype": dtype,
+    def entry(self, dtype: str | None, limit: int | None) -> dict[str, Any]:
+        return {"key": self.key, "messages": self.messages, "dropped": self.dropped, "dtype": dtype, "limit": limit,
                 "turns": [{"index": t.index, "ids": t.ids, "finish": t.finish} for t in self.turns]}
+
+
+def _still_valid(entry: dict[str, Any], limit: int | None) -> bool:
+    """An entry that dropped turns for length is redone when the prompt limit is now larger."""
+    made = entry.get("limit")
+    return not entry.get("dropped") or (made is not None and limit is not None and limit <= made)
 
 
 def _from_entry(row: SourceRow, entry: dict[str, Any]) -> RegeneratedRow:
@@ -219,7 +226,7 @@ def regenerate(model: Path, rows: Sequence[SourceRow], out: Path, options: Regen
             slots.append(RegeneratedRow(row))
             continue
         key = row_key(row)
-        if key in done:
+        if key in done and _still_valid(done[key], options.max_prompt_tokens):
             slots.append(_from_entry(row, done[key]))
             used.append(done[key])
         else:
@@ -248,8 +255,7 @@ def _settings(model: Path, tokenizer: Any, o: RegenerateOptions, stop_ids: list[
     return {
         "model": str(model.absolute()), "template_sha256": hashlib.sha256((template or "").encode()).hexdigest(),
         "temperature": o.temperature, "top_p": o.top_p, "max_new_tokens": o.max_new_tokens,
-        "seed": o.seed if o.temperature > 0 else None, "max_prompt_tokens": o.max_prompt_tokens,
-        "dtype": o.dtype, "stop_token_ids": stop_ids, "stop": stop,
+        "seed": o.seed if o.temperature > 0 else None, "dtype": o.dtype, "stop_token_ids": stop_ids, "stop": stop,
     }
 
 
@@ -356,7 +362,7 @@ def _run(model: Path, rt: RowTokenizer, jobs: list[_Job], side: SideFile, o: Reg
                     progress.update(len(batch))
                     elapsed = max(time.monotonic() - started, 1e-9)
                     progress.set_postfix_str(f"{generated / elapsed:,.0f} tok/s")
-                side.append([j.entry(result.dtype) for j in chunk if not j.error])
+                side.append([j.entry(result.dtype, o.max_prompt_tokens) for j in chunk if not j.error])
         result.seconds = time.monotonic() - started
     finally:
         del llm
