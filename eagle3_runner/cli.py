@@ -32,11 +32,29 @@ def _parser() -> argparse.ArgumentParser:
     from . import train as train_mod
     from . import vocab as vocab_mod
 
-    s = cmd("prepare", "chat rows -> token rows with an assistant-token loss mask", prepare_mod.__doc__)
-    s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer and chat template)")
-    s.add_argument("--data", required=True, type=Path, help="chat JSON lines {\"messages\": [...]}")
-    s.add_argument("--output", required=True, type=Path, help="token JSON lines (frequencies go to OUTPUT.freq.json)")
+    s = cmd("prepare", "chat or text rows -> token rows with a loss mask", prepare_mod.__doc__)
+    s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer, and its chat template by default)")
+    s.add_argument("--data", required=True, type=Path, action="append",
+                   help="JSON lines, Parquet or a datasets folder (repeat for several)")
+    s.add_argument("--output", required=True, type=Path, help="token JSON lines (side files go next to it)")
     s.add_argument("--seq-length", type=int, default=2048, help="truncate to this many tokens (default 2048)")
+    s.add_argument("--chat-template", metavar="FILE|NAME",
+                   help="a Jinja file or a built-in (llama-3, chatml, deepseek, kimi) instead of the tokenizer's")
+    s.add_argument("--format", choices=("auto", "messages", "sharegpt", "text"), default="auto",
+                   help="row format (default: detected per file)")
+    s.add_argument("--skip-bad", action="store_true", help="skip bad rows, listed in OUTPUT.skipped.jsonl")
+    g = s.add_argument_group("regenerate (vLLM)")
+    g.add_argument("--regenerate", action="store_true",
+                   help="replace assistant turns by the model's own responses first (resumable: OUTPUT.regenerated.jsonl)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--max-new-tokens", type=int, default=512)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--batch-size", type=int, default=256, help="rows per engine batch and side-file append (default 256)")
+    g.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="auto: float32 on CPU for a float32 model")
+    g.add_argument("--tensor-parallel-size", type=int, default=1)
+    g.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
 
     s = cmd("extract", "token rows -> hidden-state samples (speculators' format)", extract_mod.__doc__)
     s.add_argument("--model", required=True, type=Path)
@@ -110,10 +128,10 @@ def _parser() -> argparse.ArgumentParser:
     s = cmd("run", "every step from a TOML config, skipping finished ones", run_mod.__doc__)
     s.add_argument("config", nargs="?", type=Path)
     s.add_argument("--example-config", action="store_true", help="print a complete, commented example config")
-    s.add_argument("--tiny", action="store_true", help="build a tiny Llama and chat set offline and run on them")
+    s.add_argument("--tiny", action="store_true", help="build a learnable tiny Llama and chat prompts offline and run on them")
     s.add_argument("--workdir", type=Path, default=Path("runs/tiny"), help="with --tiny (default runs/tiny)")
     s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm", help="with --tiny: extract backend")
-    s.add_argument("--steps", type=int, default=30, help="with --tiny: training steps")
+    s.add_argument("--steps", type=int, default=150, help="with --tiny: training steps")
     s.add_argument("--force", action="store_true", help="redo every step")
     return p
 
@@ -133,11 +151,32 @@ def _setup_logging(verbose: bool, quiet: bool) -> None:
 
 def _cmd_prepare(a: argparse.Namespace) -> int:
     from .prepare import prepare
+    from .regenerate import RegenerateOptions
 
-    r = prepare(a.model, a.data, a.output, a.seq_length)
+    regen = RegenerateOptions(
+        temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed,
+        batch_size=a.batch_size, dtype=a.dtype, tensor_parallel_size=a.tensor_parallel_size,
+        gpu_memory_utilization=a.gpu_memory_utilization,
+    ) if a.regenerate else None
+    r = prepare(a.model, a.data, a.output, a.seq_length, chat_template=a.chat_template, format=a.format,
+                skip_bad=a.skip_bad, regenerate=regen)
+    for i in r.inputs:
+        print(f"{i.path}: {i.rows} rows ({i.format or 'no format found'}, {i.container}"
+              f"{f', {i.bad} bad' if i.bad else ''})")
+    if r.template:
+        t = r.template
+        as_text = f"; rendered as text: {' '.join(t.markers_as_text)}" if t.markers_as_text else ""
+        print(f"chat template: {t.source} {t.name} (sha256 {t.sha256[:12]}{as_text})")
+    if r.regenerate:
+        g = r.regenerate
+        print(f"regenerated: {g.regenerated} rows now, {g.reused} from {g.side_file}; {g.turns} turns, {g.tokens} tokens "
+              f"({g.truncated} hit --max-new-tokens, {g.retokenized_differs} re-encode differently, "
+              f"{g.dropped_turns} dropped for length)")
     print(f"{r.output}: {r.rows} rows, {r.tokens} tokens, {r.masked_tokens} in the loss "
           f"({r.truncated} truncated; mask by {r.mask_method})")
-    print(f"{r.freq}: token frequencies")
+    if r.skipped_report:
+        print(f"{r.skipped_report}: {r.skipped} bad rows skipped")
+    print(f"{r.freq}: token frequencies; {r.record}: what made them")
     return ExitCode.OK
 
 

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput
+from .errors import BadInput, UsageError
 from .evaluate import EVAL_FILE
 from .extract import ExtractOptions, ExtractResult, extract, parse_shard
 from .formats import freq_path_for
-from .prepare import prepare
+from .prepare import PrepareResult, prepare, prepare_is_complete
+from .prepare import request as prepare_request
+from .regenerate import RegenerateOptions
 from .train import TrainOptions, TrainResult, checkpoint_is_complete, read_losses, train
 from .vocab import build_vocab, vocab_is_complete
 
@@ -39,8 +41,19 @@ workdir = "runs/llama-8b"
 model = "/models/Meta-Llama-3.1-8B-Instruct"
 
 [prepare]
-data = "data/chat.jsonl"          # JSON lines {"messages": [{"role": ..., "content": ...}, ...]}
-seq_length = 2048                 # truncate conversations to this many tokens
+data = "data/chat.jsonl"          # or a list; JSON lines, Parquet or a datasets folder (save_to_disk) of
+                                  # {"messages": [...]}, ShareGPT {"conversations": [...]} or {"text": ...} rows
+seq_length = 2048                 # truncate rows to this many tokens
+# chat_template = "chatml"        # a .jinja file or llama-3 | chatml | deepseek | kimi (default: the tokenizer's)
+# format = "auto"                 # "auto" (detected per file) | "messages" | "sharegpt" | "text"
+# skip_bad = false                # true: skip bad rows, listed in WORKDIR/tokens.skipped.jsonl
+regenerate = true                 # assistant turns replaced by the model's own responses (vLLM;
+                                  # engine settings from [extract]; resumable: WORKDIR/tokens.regenerated.jsonl)
+# temperature = 0.0               # regenerate: 0 = greedy
+# top_p = 1.0
+# max_new_tokens = 512
+# seed = 0
+# regenerate_batch_size = 256     # rows per engine batch and side-file append
 
 [extract]
 backend = "vllm"                  # "vllm" (speculators' generator, patched), "vllm-fast" (worker writes files) or "hf"
@@ -81,12 +94,13 @@ SERVE_CHECK_FILE = "serve_check.json"
 class PipelineConfig:
     workdir: Path
     model: Path
-    data: Path
+    data: Path | list[Path]
     seq_length: int = 2048
     extract: dict[str, Any] = field(default_factory=dict)
     vocab: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     serve_check: dict[str, Any] = field(default_factory=dict)
+    prepare: dict[str, Any] = field(default_factory=dict)  # [prepare] beyond data and seq_length
 
     @property
     def tokens(self) -> Path:
@@ -108,6 +122,7 @@ class PipelineConfig:
 @dataclass
 class PipelineResult:
     skipped: list[str] = field(default_factory=list)
+    prepare: PrepareResult | None = None
     extract: ExtractResult | None = None
     train: TrainResult | None = None
     checkpoint: Path | None = None
@@ -132,7 +147,8 @@ def _toml_load(path: Path) -> dict[str, Any]:
 
 _KNOWN = {
     "": {"workdir", "model", "prepare", "extract", "vocab", "train", "serve_check"},
-    "prepare": {"data", "seq_length"},
+    "prepare": {"data", "seq_length", "chat_template", "format", "skip_bad", "regenerate", "temperature", "top_p",
+                "max_new_tokens", "seed", "regenerate_batch_size"},
     "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
                 "site_packages", "gpu_memory_utilization", "sync"},
     "vocab": {"draft_vocab_size", "target_vocab_size", "from_verifier"},
@@ -160,11 +176,15 @@ def load_config(path: Path) -> PipelineConfig:
         raise BadInput(f"{path}: [prepare] data is required")
     if "draft_vocab_size" not in raw.get("vocab", {}):
         raise BadInput(f"{path}: [vocab] draft_vocab_size is required")
+    data = prep["data"]
+    if not (isinstance(data, str) or (isinstance(data, list) and data and all(isinstance(d, str) for d in data))):
+        raise BadInput(f"{path}: [prepare] data must be a path or a non-empty list of paths")
     return PipelineConfig(
         workdir=base / raw["workdir"],
         model=base / raw["model"],
-        data=base / prep["data"],
+        data=base / data if isinstance(data, str) else [base / d for d in data],
         seq_length=int(prep.get("seq_length", 2048)),
+        prepare=_prepare_keys(prep, base),
         extract=dict(raw.get("extract", {})),
         vocab=dict(raw.get("vocab", {})),
         train=dict(raw.get("train", {})),
@@ -172,16 +192,50 @@ def load_config(path: Path) -> PipelineConfig:
     )
 
 
+_PREPARE_TYPES: dict[str, tuple[type, ...]] = {
+    "chat_template": (str,), "format": (str,), "skip_bad": (bool,), "regenerate": (bool,),
+    "temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,), "seed": (int,),
+    "regenerate_batch_size": (int,),
+}
+
+
+def _prepare_keys(prep: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = {k: v for k, v in prep.items() if k in _PREPARE_TYPES}
+    for key, value in out.items():
+        types = _PREPARE_TYPES[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise UsageError(f"[prepare] {key} = {value!r}: expected {' or '.join(t.__name__ for t in types)}")
+    template = out.get("chat_template")
+    if template and (base / template).is_file():  # a file relative to the config; else a built-in name
+        out["chat_template"] = str(base / template)
+    return out
+
+
+def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None:
+    p, ex = cfg.prepare, cfg.extract
+    regen = RegenerateOptions(
+        temperature=float(p.get("temperature", 0.0)), top_p=float(p.get("top_p", 1.0)),
+        max_new_tokens=int(p.get("max_new_tokens", 512)), seed=int(p.get("seed", 0)),
+        batch_size=int(p.get("regenerate_batch_size", 256)), dtype=ex.get("dtype", "auto"),
+        tensor_parallel_size=int(ex.get("tensor_parallel_size", 1)),
+        gpu_memory_utilization=ex.get("gpu_memory_utilization"),
+    ) if p.get("regenerate", True) else None
+    kw: dict[str, Any] = dict(chat_template=p.get("chat_template"), format=p.get("format", "auto"),
+                              skip_bad=bool(p.get("skip_bad", False)), regenerate=regen)
+    wanted = prepare_request(cfg.model, cfg.data, cfg.seq_length, **kw)
+    if not force and prepare_is_complete(cfg.tokens, wanted):
+        res.skipped.append("prepare")
+        logger.info("prepare: %s is complete for this config, skipped", cfg.tokens)
+        return
+    r = res.prepare = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length, **kw)
+    logger.info("prepare: %d rows, %d tokens (%d in the loss, %d bad rows skipped)", r.rows, r.tokens,
+                r.masked_tokens, r.skipped)
+
+
 def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
     res = PipelineResult()
     cfg.workdir.mkdir(parents=True, exist_ok=True)
-
-    if not force and cfg.tokens.is_file() and freq_path_for(cfg.tokens).is_file():
-        res.skipped.append("prepare")
-        logger.info("prepare: %s exists, skipped", cfg.tokens)
-    else:
-        r = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length)
-        logger.info("prepare: %d rows, %d tokens (%d in the loss)", r.rows, r.tokens, r.masked_tokens)
+    _prepare_step(cfg, force, res)
 
     ex = cfg.extract
     layers = ex.get("layers")
@@ -279,23 +333,28 @@ def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -
     return done
 
 
-def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 30, rows: int = 48) -> PipelineConfig:
-    """Build the tiny Llama and chat set in ``workdir`` (offline) and return their pipeline config."""
+def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 150, rows: int = 320) -> PipelineConfig:
+    """The learnable tiny verifier (:mod:`eagle3_runner.tiny_verifier`) and ``rows`` chat prompts,
+    built in ``workdir`` offline; its own answers are regenerated through vLLM, and the run ends with
+    the served check, which must agree with the offline prediction within 5 points."""
     from .atomic import write_text
-    from .tiny import build_tiny_llama, tiny_chat_dataset
+    from .tiny import tiny_chat_dataset
+    from .tiny_verifier import build_learnable_llama, is_built
 
     workdir = Path(workdir).absolute()
     model = workdir / "model"
-    if not (model / "model.safetensors").is_file():
-        build_tiny_llama(model)
+    if not is_built(model):
+        build_learnable_llama(model)
     data = workdir / "chat.jsonl"
     if not data.is_file():
         write_text(data, "".join(json.dumps(r) + "\n" for r in tiny_chat_dataset(rows, seed=0)))
     return PipelineConfig(
-        workdir=workdir, model=model, data=data, seq_length=256,
+        workdir=workdir, model=model, data=data, seq_length=512,
+        prepare={"regenerate": True, "max_new_tokens": 160},
         extract={"backend": backend, "batch_size": 16, "dtype": "float32"},
         vocab={"draft_vocab_size": 256},
-        train={"steps": steps, "device": "cpu", "lr": 3e-3, "max_len": 512, "seed": 0},
+        train={"steps": steps, "device": "cpu", "lr": 3e-3, "max_len": 1024, "seed": 0},
+        serve_check={"tolerance": 0.05},
     )
 
 
