@@ -132,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--workdir", type=Path, default=Path("runs/tiny"), help="with --tiny (default runs/tiny)")
     s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm", help="with --tiny: extract backend")
     s.add_argument("--steps", type=int, default=150, help="with --tiny: training steps")
+    s.add_argument("--chat-template", metavar="FILE|NAME",
+                   help="overrides [prepare] chat_template: a Jinja file or llama-3 | chatml | deepseek | kimi")
     s.add_argument("--force", action="store_true", help="redo every step")
     return p
 
@@ -307,6 +309,9 @@ def _cmd_run(a: argparse.Namespace) -> int:
     else:
         print("eagle3 run: give CONFIG.toml, --tiny or --example-config", file=sys.stderr)
         return ExitCode.USAGE
+    if a.chat_template:  # a file named on the command line is relative to the cwd, not the config
+        template = Path(a.chat_template)
+        cfg.prepare["chat_template"] = str(template.resolve()) if template.is_file() else a.chat_template
     r = run_pipeline(cfg, force=a.force)
     if r.extract:
         e = r.extract

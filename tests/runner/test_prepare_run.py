@@ -1,5 +1,5 @@
 """``eagle3 run`` with the [prepare] keys: a base model without a chat template goes through the
-whole pipeline with ``chat_template = "chatml"`` (and ``regenerate``) or with plain text rows."""
+whole pipeline with ``--chat-template chatml`` (and ``regenerate``) or with plain text rows."""
 
 from __future__ import annotations
 
@@ -60,10 +60,10 @@ def test_base_model_through_eagle3_run(tmp_path, tiny_llama, chat_rows, train_si
     data = tmp_path / "data.jsonl"
     if rows == "text":
         lines = [{"text": " ".join(m["content"] for m in c["messages"])} for c in chat_rows]
-        prepare_keys = ""
-    else:
+        prepare_keys, flags = "", []
+    else:  # the template named on the command line (eagle3 run --chat-template), the rest in [prepare]
         lines = chat_rows
-        prepare_keys = 'chat_template = "chatml"\nregenerate = true\nmax_new_tokens = 8'
+        prepare_keys, flags = "regenerate = true\nmax_new_tokens = 8", ["--chat-template", "chatml"]
     data.write_text("".join(json.dumps(r) + "\n" for r in lines))
     config = tmp_path / "run.toml"
     config.write_text(textwrap.dedent("""
@@ -84,7 +84,7 @@ def test_base_model_through_eagle3_run(tmp_path, tiny_llama, chat_rows, train_si
         max_len = 128
     """).format(base=base, data=data, keys=prepare_keys.replace("\n", "\n        ")))
     env = {"PYTHONPATH": str(train_site)}
-    p = run_cli("run", str(config), env=env, timeout=900)
+    p = run_cli("run", str(config), *flags, env=env, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
     work = tmp_path / "work"
     assert len(read_losses(work / "checkpoint")) == 3
@@ -99,6 +99,6 @@ def test_base_model_through_eagle3_run(tmp_path, tiny_llama, chat_rows, train_si
         regen = record["regenerate"]
         assert regen["regenerated"] == len(chat_rows) and regen["stop"] == ["<|im_end|>"]
         assert (work / "tokens.regenerated.jsonl").is_file()
-    again = run_cli("run", str(config), env=env, timeout=600)
+    again = run_cli("run", str(config), *flags, env=env, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "skipped (already complete): prepare, vocab, train" in again.stdout
