@@ -238,7 +238,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
 def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_ids: list[int], max_len: int,
                   batch_size: int, data_config: dict[str, Any], result: ExtractResult) -> ExtractResult:
     """``--backend vllm-fast``: vLLM's public ``LLM`` with a worker extension that captures,
-    validates and writes every sample inside the worker (:mod:`eagle3_runner.fast_capture`);
+    validates and writes every sample inside the worker (:mod:`eagle3_runner.backends.vllm_fast`);
     only counts travel back.  No speculators code runs, so no patch state is needed.
 
     Durability: files are written to a temporary name and renamed into place (a SIGKILL leaves
@@ -249,7 +249,7 @@ def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_i
     """
     import os
 
-    from .fast_capture import make_llm, run_fast
+    from .backends.vllm_fast import make_llm, run_fast
 
     llm = make_llm(opts.model, max_model_len=max_len, tensor_parallel_size=opts.tensor_parallel_size,
                    dtype=opts.dtype, gpu_memory_utilization=opts.gpu_memory_utilization or _default_memory_share())
