@@ -45,8 +45,8 @@ print("RESULT " + json.dumps({"tokens": sum(map(len, rows)), "seconds": dt}), fl
 """
 
 
-def _site() -> Path:
-    """speculators 0.3.0 beside the environment's vLLM, patched by vllm-compat."""
+def patched_site(site: Path) -> Path:
+    """speculators 0.3.0 beside the environment's vLLM, patched by vllm-compat, in ``site``."""
     import importlib.metadata
     import importlib.util
 
@@ -54,7 +54,8 @@ def _site() -> Path:
     from vllm_compat import api
     from vllm_compat.target import Target
 
-    site = Path(tempfile.mkdtemp(prefix="bench-site-"))
+    if (site / "speculators").is_dir():
+        return site
     upstream.unpack(upstream.wheel("speculators", "0.3.0"), site)
     vllm_dir = Path(importlib.util.find_spec("vllm").origin).parent
     (site / "vllm").symlink_to(vllm_dir, target_is_directory=True)
@@ -91,7 +92,7 @@ def main() -> int:
         return proc.returncode or 1
     floor = json.loads(found[-1])
     rows = [{"path": "LLM.generate(max_tokens=1) prefill", "tokens_per_s": floor["tokens"] / floor["seconds"]}]
-    site = _site()
+    site = patched_site(work / "site")
     for backend in a.backends.split(","):
         out = work / f"out-{backend}"
         r = run_extract(model, tokens, out, backend, "--dtype", "float32", "--max-model-len", str(max_len),

@@ -107,6 +107,49 @@ def _stream(hidden_states: torch.Tensor, residual: torch.Tensor | None) -> torch
     return hidden_states.clone() if residual is None else hidden_states + residual
 
 
+class PinnedPool:
+    """Per-request host buffers carved (first fit) out of one pinned allocation made at setup,
+    so the steps never wait for ``cudaHostAlloc``; when it is full, torch's caching pinned
+    allocator serves the rest.  Each tensor owns a storage of exactly its own bytes."""
+
+    def __init__(self, nbytes: int, align: int = 4096) -> None:
+        self.align = align
+        self.array = torch.empty(max(int(nbytes), align), dtype=torch.uint8, pin_memory=True).numpy()
+        self.free = [(0, len(self.array))]  # sorted, coalesced (offset, size)
+        self.owner: dict[int, tuple[int, int]] = {}  # data_ptr -> (offset, size)
+        self.lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        numel = 1
+        for d in shape:
+            numel *= d
+        size = -(-numel * dtype.itemsize // self.align) * self.align
+        with self.lock:
+            k = next((k for k, (_, n) in enumerate(self.free) if n >= size), None)
+            if k is None:
+                return torch.empty(shape, dtype=dtype, pin_memory=True)
+            off, n = self.free[k]
+            self.free[k:k + 1] = [(off + size, n - size)] if n > size else []
+            t = torch.frombuffer(self.array, dtype=dtype, count=numel, offset=off).view(shape)
+            self.owner[t.data_ptr()] = (off, size)
+        return t
+
+    def give(self, tensors: list[torch.Tensor]) -> None:
+        with self.lock:
+            for t in tensors:
+                span = self.owner.pop(t.data_ptr(), None)
+                if span is not None:
+                    self.free.append(span)
+            self.free.sort()
+            merged: list[tuple[int, int]] = []
+            for off, n in self.free:
+                if merged and merged[-1][0] + merged[-1][1] == off:
+                    merged[-1] = (merged[-1][0], merged[-1][1] + n)
+                else:
+                    merged.append((off, n))
+            self.free = merged
+
+
 @dataclass(eq=False)
 class Job:
     """One request's capture: host buffers ``[T, H]`` per layer id, filled step by step."""
@@ -138,7 +181,8 @@ class StepCapture:
 
     check_finite = False  # also flag rows with NaN/inf (computed on the device)
 
-    def __init__(self, worker: Any, layer_ids: list[int], threads: int = 8, max_pending_bytes: int = 8 << 30) -> None:
+    def __init__(self, worker: Any, layer_ids: list[int], threads: int = 8, max_pending_bytes: int = 8 << 30,
+                 pool_bytes: int = 2 << 30) -> None:
         runner = worker.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
         base = _base_model(model)
@@ -152,6 +196,7 @@ class StepCapture:
         self.device = next(base.parameters()).device
         self.cuda = self.device.type == "cuda"
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.pool = PinnedPool(min(pool_bytes, max_pending_bytes)) if self.cuda and pool_bytes > 0 else None
         self.max_pending_bytes = int(max_pending_bytes)
         self.active: dict[str, Job] = {}  # vLLM request id -> its job, while being filled
         self.recording = False
@@ -284,13 +329,15 @@ class StepCapture:
             if job is not None:  # finished (aborted) before its prompt was complete
                 self._finish(job, f"request finished after {job.covered} of {job.num_tokens} prompt rows")
 
+    def _host(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return self.pool.take(shape, dtype) if self.pool is not None else torch.empty(shape, dtype=dtype)
+
     def _alloc(self, job: Job, like: torch.Tensor) -> None:
-        T, pin = job.num_tokens, self.cuda
-        job.host = [torch.empty((T, like.shape[-1]), dtype=like.dtype, pin_memory=pin) for _ in self.layer_ids]
-        job.ids = torch.full((T,), -1, dtype=torch.long, pin_memory=pin)
-        job.pos = torch.full((T,), -1, dtype=torch.long, pin_memory=pin)
-        if self.check_finite:
-            job.ok = torch.zeros((T,), dtype=torch.bool, pin_memory=pin)
+        T = job.num_tokens
+        job.host = [self._host((T, like.shape[-1]), like.dtype) for _ in self.layer_ids]
+        job.ids = self._host((T,), torch.long).fill_(-1)
+        job.pos = self._host((T,), torch.long).fill_(-1)
+        job.ok = self._host((T,), torch.bool).fill_(False) if self.check_finite else None
         job.checks = {"ids", "pos", "ok"} if self.check_finite else {"ids", "pos"}
 
     def _dispatch(self, so: Any) -> None:
@@ -369,7 +416,9 @@ class StepCapture:
         try:
             self.done(job, result, problem)
         finally:
-            job.host, job.events = [], []
+            if self.pool is not None:
+                self.pool.give([t for t in (*job.host, job.ids, job.pos, job.ok) if t is not None])
+            job.host, job.events, job.ids, job.pos, job.ok = [], [], None, None, None
             with self.lock:
                 self.outstanding -= 1
                 self.last_done = time.perf_counter()

@@ -51,7 +51,8 @@ class HiddenStatesCapture(StepCapture):
         return Job(request.req_id, list(ids))
 
     def sink(self, job: Job) -> Any:
-        return self._sink(job) if self._sink is not None else list(job.host)
+        # the host buffers are reused once this returns: the default keeps copies
+        return self._sink(job) if self._sink is not None else [h.clone() for h in job.host]
 
     def done(self, job: Job, result: Any, problem: str | None) -> None:
         with self.lock:

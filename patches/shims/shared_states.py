@@ -76,7 +76,7 @@ class SharedStatesWriter:
         if not self.warned:
             logger.warning("hidden states go through collective_rpc, not shared memory (%s)", why)
             self.warned = True
-        return tensors
+        return [t.clone() for t in tensors]  # the host buffers are reused once this returns
 
     def cleanup(self) -> None:
         """Remove what the driver did not take (it unlinks every file it maps)."""

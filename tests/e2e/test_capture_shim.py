@@ -173,6 +173,28 @@ def test_misattributed_rows_raise_instead_of_returning_wrong_states(shims):
     assert "req_0_2: captured positions are not 0..T-1" in str(err.value)  # complete, but row 5 missing
 
 
+def test_pinned_pool_carves_owned_tensors_and_reuses_freed_space(shims, monkeypatch):
+    monkeypatch.setattr(torch, "empty", _unpinned(torch.empty))  # no CUDA here: same layout, unpinned
+    pool = shims.capture.PinnedPool(3 * 4096)
+    a = pool.take((10, 8), torch.bfloat16)
+    b = pool.take((3,), torch.long)
+    assert a.untyped_storage().nbytes() == 160 and b.untyped_storage().nbytes() == 24  # own storages
+    assert b.data_ptr() - a.data_ptr() == 4096  # page-aligned first fit
+    c = pool.take((4096,), torch.uint8)
+    over = pool.take((10,), torch.float32)  # full: served elsewhere, never aliased
+    assert not (a.data_ptr() <= over.data_ptr() < c.data_ptr() + 4096)
+    pool.give([a, b, over])
+    assert pool.free == [(0, 2 * 4096)]  # coalesced
+    assert pool.take((2 * 1024,), torch.float32).data_ptr() == a.data_ptr()
+
+
+def _unpinned(empty):
+    def wrapped(*args, **kwargs):
+        kwargs.pop("pin_memory", None)
+        return empty(*args, **kwargs)
+    return wrapped
+
+
 def test_reinstall_replaces_hooks_and_bounds(shims):
     runner = FakeRunner(4, runner_v2=True)
     worker = _worker(runner)
@@ -226,6 +248,6 @@ def test_shared_memory_falls_back_and_cleans_up(shims, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
     monkeypatch.setattr(shims.shared_states, "HEADROOM", 1 << 62)  # no room: the old way
     passed = writer(job)
-    assert passed[0] is job.host[0] and os.listdir(tmp_path) == []
-    assert shims.shared_states.receive_states({"r": passed})["r"][0] is job.host[0]
+    assert os.listdir(tmp_path) == [] and passed[0] is not job.host[0]  # a copy: the buffer is reused
+    assert torch.equal(shims.shared_states.receive_states({"r": passed})["r"][0], job.host[0])
     assert kept[0][3] == (2, 3)

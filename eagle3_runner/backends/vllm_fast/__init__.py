@@ -18,9 +18,9 @@ sees small summaries.  By job:
 """
 
 from ...formats import sample_path
-from .driver import extract_fast, make_llm, run_fast
+from .driver import extract_fast, make_llm, run_fast, setup_capture
 from .files import write_sample_atomic, valid_sample_file
 from .worker import EXTENSION, EXTRA_KEY, CaptureWorkerExtension
 
 __all__ = ["EXTENSION", "EXTRA_KEY", "CaptureWorkerExtension", "extract_fast", "make_llm", "run_fast",
-           "sample_path", "valid_sample_file", "write_sample_atomic"]
+           "sample_path", "setup_capture", "valid_sample_file", "write_sample_atomic"]

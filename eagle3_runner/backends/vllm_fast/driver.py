@@ -52,13 +52,24 @@ def _rank0(results: Any) -> Any:
     return results
 
 
+def setup_capture(llm: Any, layer_ids: Sequence[int], writer_threads: int = 8, write_mode: str = "raw",
+                  fsync: bool = True, max_pending_bytes: int = 8 << 30) -> dict:
+    """Install the capture in the workers (hooks, writer threads, the pinned host pool, which
+    costs ``cudaHostAlloc`` once); returns what rank 0 reports (hidden size, dtype, runner)."""
+    return _rank0(llm.collective_rpc("fc_setup", args=(list(layer_ids), writer_threads, write_mode,
+                                                       fsync, max_pending_bytes)))
+
+
 def run_fast(llm: Any, samples: Samples, out_dir: str | os.PathLike, layer_ids: Sequence[int],
              batch_size: int = 256, resume: bool = True, writer_threads: int = 8, write_mode: str = "raw",
-             fsync: bool = True, max_pending_bytes: int = 8 << 30, max_model_len: int | None = None) -> dict:
+             fsync: bool = True, max_pending_bytes: int = 8 << 30, max_model_len: int | None = None,
+             setup: dict | None = None) -> dict:
     """Capture ``samples`` with an ``LLM`` made by :func:`make_llm`; return a small summary.
 
     Writes ``out_dir/data_{index}.pt`` per sample (speculators' format); with ``resume`` skips
-    indexes whose file exists and is valid.  Returns counts, bad samples and timings."""
+    indexes whose file exists and is valid.  ``setup``: what :func:`setup_capture` returned,
+    if the caller installed the capture already (the other writer arguments are then its).
+    Returns counts, bad samples and timings; the capture is removed at the end."""
     from vllm import SamplingParams
 
     try:
@@ -70,8 +81,8 @@ def run_fast(llm: Any, samples: Samples, out_dir: str | os.PathLike, layer_ids: 
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     clean_temporaries(out_dir)
-    setup = _rank0(llm.collective_rpc("fc_setup", args=(list(layer_ids), writer_threads, write_mode,
-                                                        fsync, max_pending_bytes)))
+    if setup is None:
+        setup = setup_capture(llm, layer_ids, writer_threads, write_mode, fsync, max_pending_bytes)
     hidden = int(setup["hidden_size"])
     skipped: list[int] = []
     rejected: list[list] = []
