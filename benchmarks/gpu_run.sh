@@ -1,10 +1,10 @@
 #!/bin/bash
-# Run benchmarks/gpu_extract.py on the lent H200 with vLLM 0.20.0 carried in parts
+# Run the GPU benchmarks on the lent H200 with vLLM 0.20.0 carried in parts
 # (see /work/shared/notes/vllm-on-h200.md): parts already copied to /tmp/parts by earlier calls.
 # usage (device call, repo root): bash benchmarks/gpu_run.sh [gpu_extract.py args]
 #        bash benchmarks/gpu_run.sh cli [gpu_cli.py args]   (carry .whl: speculators 0.3.0, libcst,
 #        h2/hpack/hyperframe; speculators is installed into the vLLM site and patched there by
-#        vllm-compat, then the eagle3 CLI runs against it)
+#        vllm-compat, then the eagle3 CLI and the generator run against it)
 set -u
 if [ ! -d /tmp/site/vllm ]; then
   t0=$(date +%s)
@@ -24,10 +24,10 @@ if [ "${1:-}" = cli ]; then
   python3 -m vllm_compat apply --site-packages /tmp/site > "$OUT/apply.txt" 2>&1
   python3 -m vllm_compat verify --site-packages /tmp/site >> "$OUT/apply.txt" 2>&1
   echo "vllm-compat verify: exit $?"; tail -n 4 "$OUT/apply.txt"
-  python3 benchmarks/gpu_cli.py --out "$OUT" --site /tmp/site "$@" > "$OUT/log.txt" 2>&1
+  timeout 555 python3 benchmarks/gpu_cli.py --out "$OUT" --site /tmp/site "$@" > "$OUT/log.txt" 2>&1
 else
   python3 benchmarks/gpu_extract.py --out "$OUT" "$@" > "$OUT/log.txt" 2>&1
 fi
 rc=$?
-grep -v "^(EngineCore\|^INFO\|^WARNING\|^(Worker\|it/s\]" "$OUT/log.txt" | tail -c 6000
+grep -v "^(EngineCore\|^INFO\|^WARNING\|^(Worker\|it/s\]\|Writing model\|Loading safetensors" "$OUT/log.txt" | tail -c 6000
 exit $rc
