@@ -6,11 +6,20 @@
 #        h2/hpack/hyperframe; speculators is installed into the vLLM site and patched there by
 #        vllm-compat, then the eagle3 CLI and the generator run against it)
 set -u
+# Two ways to carry vLLM: the wheels of gpu-vllm-bundle (/tmp/parts/part-*), or those wheels
+# already unpacked as one site folder in a tar.xz, in fewer parts (/tmp/parts/site-*; smaller:
+# built by benchmarks/gpu_site_parts.sh without the FA2 kernels, which Hopper does not use).
 if [ ! -d /tmp/site/vllm ]; then
   t0=$(date +%s)
-  mkdir -p /tmp/b && cat /tmp/parts/part-* | tar xf - -C /tmp/b \
-    && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/b/*.whl \
-    || { echo "vLLM install failed"; exit 1; }
+  mkdir -p /tmp/site
+  if ls /tmp/parts/site-* >/dev/null 2>&1; then
+    cat /tmp/parts/site-* | python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1 << 22)" \
+      | tar xf - -C /tmp/site || { echo "vLLM unpack failed"; exit 1; }
+  else
+    mkdir -p /tmp/b && cat /tmp/parts/part-* | tar xf - -C /tmp/b \
+      && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/b/*.whl \
+      || { echo "vLLM install failed"; exit 1; }
+  fi
   echo "vLLM installed in $(( $(date +%s) - t0 ))s"
 fi
 export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
