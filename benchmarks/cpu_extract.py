@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/cpu_extract.py [--prompts 64] [--tokens 512] [--json OUT.json]
 
 Engines (each in its own process, the same settings: float32, enforce_eager, prefix caching
-off, the same max_model_len / max_num_batched_tokens):
+off, the same max_model_len; each backend with its default batch size):
 * floor: ``LLM.generate(prompts, SamplingParams(max_tokens=1))`` on plain vLLM;
 * ``eagle3 extract --backend vllm``: speculators' patched ``VllmHiddenStatesGenerator``
   (states through the executor's ``collective_rpc``), files written and validated;
@@ -96,7 +96,7 @@ def main() -> int:
     for backend in a.backends.split(","):
         out = work / f"out-{backend}"
         r = run_extract(model, tokens, out, backend, "--dtype", "float32", "--max-model-len", str(max_len),
-                        "--batch-size", "64", "--site-packages", str(site), env={**env, "PYTHONPATH": str(site)})
+                        "--site-packages", str(site), env={**env, "PYTHONPATH": str(site)})
         if r["rc"]:
             print(r["stdout"], r["stderr"], file=sys.stderr)
             return r["rc"]
