@@ -33,7 +33,7 @@ def build_llama(dest: Path, layers: int, hidden=4096, inter=14336, heads=32, kv=
         return dest if (dest / "config.json").exists() else build_tiny_llama(dest)
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    if (dest / "config.json").exists():
+    if (dest / "tokenizer.json").exists():  # written last: the model is complete
         return dest
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,

@@ -5,7 +5,11 @@
 #        bash benchmarks/gpu_run.sh cli [gpu_cli.py args]   (carry .whl: speculators 0.3.0, libcst,
 #        h2/hpack/hyperframe; speculators is installed into the vLLM site and patched there by
 #        vllm-compat, then the eagle3 CLI and the generator run against it)
+# CALL_S=N (cli): the whole call ends within N seconds of wall time, setup included: gpu_cli.py
+#        gets what is left as --budget-s (it skips steps, kills its children at the end and keeps
+#        what ran in $OUT/cli.json), under a `timeout` a few seconds longer.
 set -u
+T0=$(date +%s)
 # Two ways to carry vLLM: the wheels of gpu-vllm-bundle (/tmp/parts/part-*), or those wheels
 # already unpacked as one site folder in a tar.xz, in fewer parts (/tmp/parts/site-*; smaller:
 # built by benchmarks/gpu_site_parts.sh without the FA2 kernels, which Hopper does not use).
@@ -33,10 +37,17 @@ if [ "${1:-}" = cli ]; then
   python3 -m vllm_compat apply --site-packages /tmp/site > "$OUT/apply.txt" 2>&1
   python3 -m vllm_compat verify --site-packages /tmp/site >> "$OUT/apply.txt" 2>&1
   echo "vllm-compat verify: exit $?"; tail -n 4 "$OUT/apply.txt"
-  timeout 555 python3 benchmarks/gpu_cli.py --out "$OUT" --site /tmp/site "$@" > "$OUT/log.txt" 2>&1
+  if [ "${CALL_S:-0}" -gt 0 ]; then
+    left=$(( CALL_S - ($(date +%s) - T0) - 6 ))
+    echo "setup took $(( $(date +%s) - T0 ))s; gpu_cli gets ${left}s"
+    timeout -k 3 "$left" python3 benchmarks/gpu_cli.py --out "$OUT" --site /tmp/site --budget-s $(( left - 4 )) "$@" > "$OUT/log.txt" 2>&1
+  else
+    timeout 555 python3 benchmarks/gpu_cli.py --out "$OUT" --site /tmp/site "$@" > "$OUT/log.txt" 2>&1
+  fi
 else
   python3 benchmarks/gpu_extract.py --out "$OUT" "$@" > "$OUT/log.txt" 2>&1
 fi
 rc=$?
 grep -v "^(EngineCore\|^INFO\|^WARNING\|^(Worker\|it/s\]\|Writing model\|Loading safetensors" "$OUT/log.txt" | tail -c 6000
+echo "call took $(( $(date +%s) - T0 ))s"
 exit $rc

@@ -11,7 +11,8 @@ owns its memory, which is freed with the tensor, as with a ``clone()``.
 
 Where ``/dev/shm`` is missing or lacks room for a request (a small container ``--shm-size``),
 that request's tensors travel the old way (pickled through ``collective_rpc``): slower, same
-result.  The worker removes files the driver never mapped (a driver that died) at the next
+result; ``VLLM_COMPAT_STATES_DIR`` names another folder of the same machine (e.g. a local disk:
+the files live in its page cache, mapped and unlinked as from ``/dev/shm``).  The worker removes files the driver never mapped (a driver that died) at the next
 reset and at shutdown.
 """
 
@@ -38,7 +39,8 @@ HEADROOM = 256 << 20  # bytes left free in the folder: vLLM's own message queues
 class SharedStatesWriter:
     """The capture's sink in the worker: one shared-memory file per (request, layer)."""
 
-    def __init__(self, folder: str = "/dev/shm") -> None:
+    def __init__(self, folder: str | None = None) -> None:
+        folder = folder or os.environ.get("VLLM_COMPAT_STATES_DIR") or "/dev/shm"
         self.folder = folder if os.path.isdir(folder) and os.access(folder, os.W_OK) else None
         self.prefix = f"vllm-compat-states-{os.getpid()}-{uuid.uuid4().hex[:8]}-"
         self.counter = itertools.count()

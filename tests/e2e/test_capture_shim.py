@@ -251,3 +251,15 @@ def test_shared_memory_falls_back_and_cleans_up(shims, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == [] and passed[0] is not job.host[0]  # a copy: the buffer is reused
     assert torch.equal(shims.shared_states.receive_states({"r": passed})["r"][0], job.host[0])
     assert kept[0][3] == (2, 3)
+
+
+def test_states_folder_comes_from_the_environment(shims, tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_COMPAT_STATES_DIR", str(tmp_path))
+    writer = shims.shared_states.SharedStatesWriter()
+    job = SimpleNamespace(host=[torch.arange(6.0).reshape(2, 3)])
+    (descriptor,) = writer(job)
+    assert os.path.dirname(descriptor[1]) == str(tmp_path) and len(os.listdir(tmp_path)) == 1
+    assert torch.equal(shims.shared_states.receive_states({"r": [descriptor]})["r"][0], job.host[0])
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setenv("VLLM_COMPAT_STATES_DIR", str(tmp_path / "missing"))
+    assert shims.shared_states.SharedStatesWriter().folder is None  # not a folder: the old way
