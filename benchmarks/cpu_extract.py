@@ -6,7 +6,8 @@ Engines (each in its own process, the same settings: float32, enforce_eager, pre
 off, the same max_model_len; each backend with its default batch size):
 * floor: ``LLM.generate(prompts, SamplingParams(max_tokens=1))`` on plain vLLM;
 * ``eagle3 extract --backend vllm``: speculators' patched ``VllmHiddenStatesGenerator``
-  (states through the executor's ``collective_rpc``), files written and validated;
+  (states handed over through ``/dev/shm``: ``speculators.states_in_shared_memory``), files
+  written and validated;
 * ``eagle3 extract --backend vllm-fast``: the worker writes the files itself.
 Rates exclude engine start (extract reports its own loop time the same way).  Goal (issue:
 runner): extract >= 0.9x of the floor.  Needs a patched speculators 0.3.0 site, built here.
