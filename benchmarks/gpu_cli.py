@@ -36,8 +36,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,77 +45,18 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+import benchmarks.gpu_children as children  # noqa: E402
 from benchmarks.extract_cli import errors_of, run_extract  # noqa: E402
-from benchmarks.gpu_models import DEVICE, DRY, build_llama, hf_states, ragged_samples, random_samples, rel  # noqa: E402
+from benchmarks.gpu_children import note_failure, run_child, wait_gpu_free  # noqa: E402
+from benchmarks.gpu_files import compare, states_of, validate, write_rows  # noqa: E402
+from benchmarks.gpu_models import DEVICE, DRY, build_llama, hf_states, ragged_samples, random_samples  # noqa: E402
 from eagle3_runner.extract import default_max_model_len  # noqa: E402
 from eagle3_runner.formats import read_token_rows, sample_path  # noqa: E402
 from eagle3_runner.layers import parse_layer_ids  # noqa: E402
 
-FAILURES: Path | None = None  # failed children's whole stderr, appended ($OUT/failures.txt)
-DEADLINE = float("inf")  # time.monotonic() at which every child is killed (--budget-s)
-CHILDREN: set[int] = set()  # process groups of running children (each its own session)
 KEEP = 16  # fast8 files kept to compare the other paths with
 # Seconds a step needs (engine start included: ~30 s on the H200; model building is separate).
 ESTIMATE_S = {"plain8": 40, "fast8": 45, "gen8": 45, "check": 45, "slow8": 40, "plain32": 70, "fast32": 70}
-
-
-def left_s() -> float:
-    return DEADLINE - time.monotonic()
-
-
-def run_child(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """``subprocess.run`` in its own process group, killed with its engine processes when the
-    budget ends (a vLLM EngineCore outliving its driver would hold the GPU)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, **kwargs)
-    CHILDREN.add(p.pid)
-    try:
-        out, err = p.communicate(timeout=max(1.0, left_s()))
-    except subprocess.TimeoutExpired:
-        kill_group(p.pid)
-        out, err = p.communicate()
-        err += f"\n[gpu_cli] killed: the budget ended ({cmd[1:4]})\n"
-    finally:
-        kill_group(p.pid)
-        CHILDREN.discard(p.pid)
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
-
-
-def kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def note_failure(what: str, stderr: str) -> None:
-    if FAILURES is not None:
-        with open(FAILURES, "a") as fh:
-            fh.write(f"===== {what} ({time.strftime('%H:%M:%S')}) =====\n{stderr[-200_000:]}\n")
-
-
-def write_rows(path: Path, samples) -> Path:
-    with open(path, "w") as fh:
-        for _, ids, mask in samples:
-            fh.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
-    return path
-
-
-def wait_gpu_free(share: float = 0.95, timeout: float = 30.0) -> float:
-    """Back-to-back engines: the last one's processes may still be releasing GPU memory after
-    its driver exited; a new engine asking for 80% of the GPU then fails, and one whose memory
-    profiling sees memory freed under it fails vLLM's profiling check.  Wait until the free
-    memory is high and has not changed for a second."""
-    if DRY:
-        return 0.0
-    t, last = time.perf_counter(), -1
-    while time.perf_counter() - t < min(timeout, left_s()):
-        free, total = torch.cuda.mem_get_info()
-        if free >= share * total and free == last:
-            break
-        last = free
-        time.sleep(1.0)
-    return time.perf_counter() - t
 
 
 def eagle3_extract(model: Path, rows: Path, out: Path, backend: str, *extra: str) -> dict:
@@ -129,42 +68,6 @@ def eagle3_extract(model: Path, rows: Path, out: Path, backend: str, *extra: str
         note_failure(f"eagle3 extract --backend {backend} {out.name}", full)
     print(f"{backend}: rc {res['rc']}, {res['tokens_per_s']} tok/s, process {res['process_wall_s']:.1f}s", flush=True)
     return res
-
-
-def validate(out: Path, rows: Path, n_layers: int, hidden: int, limit: int | None = None) -> dict:
-    """Load every file the CLI wrote and check it against its token row (not just existence)."""
-    t = time.perf_counter()
-    bad, nbytes, dtypes = [], 0, set()
-    rs = read_token_rows(rows)[:limit]
-    for r in rs:
-        path = sample_path(out, r.index)
-        try:
-            d = torch.load(str(path), weights_only=True, mmap=True)
-            hs = d["hidden_states"]
-            ok = (d["input_ids"].tolist() == r.input_ids and d["loss_mask"].tolist() == r.loss_mask
-                  and len(hs) == n_layers and all(h.shape == (len(r.input_ids), hidden) for h in hs)
-                  and all(bool(torch.isfinite(h).all()) for h in hs))
-            dtypes |= {str(h.dtype) for h in hs}
-            nbytes += path.stat().st_size
-            if not ok:
-                bad.append(f"{path.name}: ids, mask, shapes or values wrong")
-        except Exception as e:  # noqa: BLE001
-            bad.append(f"{path.name}: {type(e).__name__}: {e}")
-    return {"files_checked": len(rs), "bad": bad[:20], "n_bad": len(bad), "bytes": nbytes,
-            "dtypes": sorted(dtypes), "seconds": time.perf_counter() - t}
-
-
-def states_of(folder: Path, index: int) -> list[torch.Tensor]:
-    return torch.load(str(sample_path(folder, index)), weights_only=True)["hidden_states"]
-
-
-def compare(got: dict[int, list], want: dict[int, list], layer_ids) -> dict:
-    """Max relative error per layer id of ``got`` against ``want`` (same prompts)."""
-    worst = {lid: 0.0 for lid in layer_ids}
-    for index, states in got.items():
-        for lid, g, w in zip(layer_ids, states, want[index]):
-            worst[lid] = max(worst[lid], rel(g.float(), w.float()))
-    return worst
 
 
 def plain_rate(model: Path, rows: Path) -> dict:
@@ -272,10 +175,7 @@ def main() -> int:  # noqa: PLR0915 - one function per step, in order
     out, work = Path(a.out), Path(a.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    global FAILURES, DEADLINE
-    FAILURES = out / "failures.txt"
-    DEADLINE = time.monotonic() + a.budget_s
-    signal.signal(signal.SIGTERM, _on_sigterm)  # `timeout` in gpu_run.sh: children go too
+    children.start(a.budget_s, out / "failures.txt")  # `timeout` in gpu_run.sh: children go too
     site = a.site or (str(_dry_site(work)) if DRY and not a.build_only else None)
     if not site and not a.build_only:
         ap.error("--site is required")
@@ -410,6 +310,8 @@ def main() -> int:  # noqa: PLR0915 - one function per step, in order
         srows = write_rows(work / "small_rows.jsonl", samples)
         common = ("--layers", ",".join(map(str, s_ids)), "--max-model-len", "1024", "--batch-size", "8")
         r = {"layer_ids": s_ids, "lengths": [len(s[1]) for s in samples]}
+        for name in ("slow", "fast"):  # a resumed run would compare old files
+            shutil.rmtree(work / f"small_{name}", ignore_errors=True)
         r["slow"] = eagle3_extract(small, srows, work / "small_slow", "vllm", *common, "--site-packages", site)
         if a.check_fast:
             r["fast"] = eagle3_extract(small, srows, work / "small_fast", "vllm-fast", *common)
@@ -458,12 +360,6 @@ def main() -> int:  # noqa: PLR0915 - one function per step, in order
     save()
     print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict)}), flush=True)
     return 0
-
-
-def _on_sigterm(signum, frame) -> None:
-    for pgid in list(CHILDREN):
-        kill_group(pgid)
-    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

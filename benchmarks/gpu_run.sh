@@ -17,8 +17,10 @@ if [ ! -d /tmp/site/vllm ]; then
   t0=$(date +%s)
   mkdir -p /tmp/site
   if ls /tmp/parts/site-* >/dev/null 2>&1; then
-    cat /tmp/parts/site-* | python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1 << 22)" \
-      | tar xf - -C /tmp/site || { echo "vLLM unpack failed"; exit 1; }
+    ls -l /tmp/parts  # a part missing (the machine was not warm between calls) fails the unpack
+    ( set -o pipefail
+      cat /tmp/parts/site-* | python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1 << 22)" \
+        | tar xf - -C /tmp/site ) || { echo "vLLM unpack failed"; rm -rf /tmp/site; exit 1; }
   else
     mkdir -p /tmp/b && cat /tmp/parts/part-* | tar xf - -C /tmp/b \
       && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/b/*.whl \
