@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/cpu_extract.py [--prompts 64] [--tokens 512] [--json OUT.json]
 
 Engines (each in its own process, the same settings: float32, enforce_eager, prefix caching
-off, the same max_model_len / max_num_batched_tokens):
+off, the same max_model_len; each backend with its default batch size):
 * floor: ``LLM.generate(prompts, SamplingParams(max_tokens=1))`` on plain vLLM;
 * ``eagle3 extract --backend vllm``: speculators' patched ``VllmHiddenStatesGenerator``
-  (states through the executor's ``collective_rpc``), files written and validated;
+  (states handed over through ``/dev/shm``: ``speculators.states_in_shared_memory``), files
+  written and validated;
 * ``eagle3 extract --backend vllm-fast``: the worker writes the files itself.
 Rates exclude engine start (extract reports its own loop time the same way).  Goal (issue:
 runner): extract >= 0.9x of the floor.  Needs a patched speculators 0.3.0 site, built here.
@@ -45,8 +46,8 @@ print("RESULT " + json.dumps({"tokens": sum(map(len, rows)), "seconds": dt}), fl
 """
 
 
-def _site() -> Path:
-    """speculators 0.3.0 beside the environment's vLLM, patched by vllm-compat."""
+def patched_site(site: Path) -> Path:
+    """speculators 0.3.0 beside the environment's vLLM, patched by vllm-compat, in ``site``."""
     import importlib.metadata
     import importlib.util
 
@@ -54,7 +55,8 @@ def _site() -> Path:
     from vllm_compat import api
     from vllm_compat.target import Target
 
-    site = Path(tempfile.mkdtemp(prefix="bench-site-"))
+    if (site / "speculators").is_dir():
+        return site
     upstream.unpack(upstream.wheel("speculators", "0.3.0"), site)
     vllm_dir = Path(importlib.util.find_spec("vllm").origin).parent
     (site / "vllm").symlink_to(vllm_dir, target_is_directory=True)
@@ -91,11 +93,11 @@ def main() -> int:
         return proc.returncode or 1
     floor = json.loads(found[-1])
     rows = [{"path": "LLM.generate(max_tokens=1) prefill", "tokens_per_s": floor["tokens"] / floor["seconds"]}]
-    site = _site()
+    site = patched_site(work / "site")
     for backend in a.backends.split(","):
         out = work / f"out-{backend}"
         r = run_extract(model, tokens, out, backend, "--dtype", "float32", "--max-model-len", str(max_len),
-                        "--batch-size", "64", "--site-packages", str(site), env={**env, "PYTHONPATH": str(site)})
+                        "--site-packages", str(site), env={**env, "PYTHONPATH": str(site)})
         if r["rc"]:
             print(r["stdout"], r["stderr"], file=sys.stderr)
             return r["rc"]

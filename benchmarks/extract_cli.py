@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,18 +21,24 @@ def errors_of(text: str) -> list[str]:
     return [x for x in text.splitlines() if re.search(r"Error|error:|Exception|Traceback", x)][:30]
 
 
-def run_extract(model: Path, rows: Path, out: Path, backend: str, *extra: str, env: dict | None = None) -> dict:
+def run_extract(model: Path, rows: Path, out: Path, backend: str, *extra: str, env: dict | None = None,
+                runner: Callable[..., subprocess.CompletedProcess] | None = None) -> dict:
     """``python -m eagle3_runner extract`` on ``rows``; ``tokens_per_s`` is the rate the command
-    reports (engine start and shutdown excluded), ``None`` when it failed."""
+    reports (engine start and shutdown excluded), ``None`` when it failed.  ``runner(cmd, cwd=,
+    env=)`` runs it (default ``subprocess.run``, output captured)."""
     cmd = [sys.executable, "-m", "eagle3_runner", "extract", "--model", str(model), "--input", str(rows),
            "--output", str(out), "--backend", backend, *extra]
     t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    if runner is None:
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
+    else:
+        p = runner(cmd, cwd=REPO, env=env)
     wall = time.perf_counter() - t
     m = RATE.search(p.stdout)
     res = {"cmd": " ".join(cmd[1:]), "rc": p.returncode, "process_wall_s": wall,
            "tokens_per_s": float(m.group(1).replace(",", "")) if m else None, "stdout": p.stdout[-800:]}
     if p.returncode:
         res["stderr"] = p.stderr[-3000:]
+        res["stderr_full"] = p.stderr[-200_000:]  # callers may keep it; too long for a summary
         res["error_lines"] = errors_of(p.stderr)
     return res

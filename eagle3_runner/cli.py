@@ -62,8 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--output", required=True, type=Path, help="folder for data_{i}.pt and data_config.json")
     s.add_argument("--layers", help="comma-separated layer ids (default 2,N//2,N-3,N; id N = before the final norm)")
     s.add_argument("--batch-size", type=int,
-                   help="prompts handed to the engine at once (default 8; 256 with vllm-fast, whose files are "
-                        "written in the worker, so larger batches only keep the GPU's steps full)")
+                   help="prompts handed to the engine at once (default 32 with vllm, 8 with hf; 256 with "
+                        "vllm-fast, whose files are written in the worker, so larger batches only keep the "
+                        "GPU's steps full)")
     s.add_argument("--max-model-len", type=int, help="default: longest row + 1, rounded up to 32")
     s.add_argument("--tensor-parallel-size", type=int, default=1)
     s.add_argument("--shard", help="I/N: take token lines with index %% N == I (round-robin)")
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="vllm: the patched speculators generator; vllm-fast: vLLM's LLM API with a worker "
                         "extension that writes files in the worker (GPU speed); hf: transformers")
     s.add_argument("--sync", choices=extract_mod.SYNC_MODES, default="end",
-                   help="vllm-fast durability: end = one os.sync() before exit (default, counted in the rate); "
+                   help="durability: end = one os.sync() before exit (default, counted in the rate); "
                         "each = fsync every file; none = leave write-back to the OS (resume redoes torn files)")
     s.add_argument("--site-packages", help="folder holding the patched speculators (default: found on sys.path)")
     s.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")

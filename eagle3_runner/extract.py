@@ -6,10 +6,13 @@ Output: ``OUT/data_{i}.pt`` for token line ``i`` (0-based, the global line index
 
 Guarantees:
 
-* every file is written atomically (temporary sibling, fsync, ``os.replace``): after a SIGKILL
-  there are only complete files, and a re-run skips every line whose file loads and matches
+* every file is written atomically (temporary sibling, ``os.replace``): after a SIGKILL there
+  are only complete files, and a re-run skips every line whose file loads and matches
   (structure, shapes, token ids) and redoes the others, so the result is exactly one valid file
-  per line;
+  per line.  ``--sync``: ``end`` (default) flushes everything with one ``os.sync()`` before the
+  command returns (counted in its rate), ``each`` fsyncs every file, ``none`` leaves write-back
+  to the OS; a power cut before the flush can leave truncated files, which the resume check
+  loads, rejects and redoes;
 * every sample is validated before it is written (finite, lengths, layer count, hidden size,
   token ids); a bad one is logged with its line index and not written, the others still are,
   and the run ends with exit code 5;
@@ -27,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .atomic import clean_temporaries, write_json, write_with
+from .atomic import clean_temporaries, fsync_dir, write_json
 from .backends import DTYPES, BackendOptions, backend_class
 from .errors import EnvironmentProblem, UsageError
 from .formats import (
@@ -41,10 +44,12 @@ FORMAT = "speculators-v1: data_{i}.pt = {input_ids: LongTensor[T], hidden_states
 SHARDING = "round-robin: shard I/N takes token lines with index % N == I"
 # data_config keys that must agree between runs writing into the same folder
 COMPAT_KEYS = ("model", "layer_ids", "backend", "dtype_requested")
-# --backend vllm-fast durability: one os.sync() at the end, an fsync per file, or none
+# durability: one os.sync() at the end, an fsync per file, or none (files are renamed into place)
 SYNC_MODES = ("end", "each", "none")
-# prompts per engine call: the slow backends return states to the driver, vllm-fast only counts
-DEFAULT_BATCH = {"vllm": 8, "hf": 8, "vllm-fast": 256}
+# prompts per engine call: vllm returns them to the driver (32 = the generator's max_num_seqs),
+# vllm-fast only counts
+DEFAULT_BATCH = {"vllm": 32, "hf": 8, "vllm-fast": 256}
+WRITERS = 8  # threads validating and writing the files of the backends that return states
 
 
 @dataclass(frozen=True)
@@ -214,49 +219,78 @@ def extract(opts: ExtractOptions) -> ExtractResult:
             "patches_applied": list(patch_state.applied) if patch_state else None,
             "speculators_site": str(patch_state.site) if patch_state else None,
         })
-        by_index = {r.index: r for r in todo}
-        with _progress(len(todo)) as bar:
-            for batch in _batches(todo, batch_size):
-                seen: set[int] = set()
-                for index, states in backend.run([(r.index, r.input_ids) for r in batch]):
-                    row = by_index[index]
-                    seen.add(index)
-                    _store(out, row, states, n_states, hidden, result)
-                    result.tokens += len(row.input_ids)
-                    bar.update(1)
-                    elapsed = max(time.monotonic() - started, 1e-9)
-                    bar.set_postfix_str(f"{result.tokens / elapsed:,.0f} tok/s")
-                for r in batch:
-                    if r.index not in seen:
-                        result.bad.append((r.index, ["the backend returned no states"]))
-                        logger.error("sample %d: the backend returned no states", r.index)
+        _run_backend(backend, out, todo, batch_size, n_states, hidden, opts.sync, result)
         result.seconds = time.monotonic() - started  # before the engine's shutdown, like its start
     result.bad.sort()
     return result
 
 
+def _run_backend(backend: Any, out: Path, todo: list[TokenRow], batch_size: int, n_states: int, hidden: int,
+                 sync: str, result: ExtractResult) -> None:
+    """Every batch through ``backend`` while the previous one is validated and written: the
+    engine runs in one thread, the files in :data:`WRITERS` more (validation and the raw
+    writer's ``os.pwrite`` release the GIL), so the engine never waits for the disk."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_index = {r.index: r for r in todo}
+    batches = list(_batches(todo, batch_size))
+    started = time.monotonic()
+
+    def run(batch: list[TokenRow]) -> list[tuple[int, list[Any]]]:
+        return list(backend.run([(r.index, r.input_ids) for r in batch]))
+
+    with _progress(len(todo)) as bar, ThreadPoolExecutor(1, thread_name_prefix="engine") as engine, \
+            ThreadPoolExecutor(WRITERS, thread_name_prefix="writer") as writers:
+        pending = engine.submit(run, batches[0])
+        for k, batch in enumerate(batches):
+            produced = pending.result()
+            if k + 1 < len(batches):
+                pending = engine.submit(run, batches[k + 1])
+            stores = [(index, writers.submit(_store, out, by_index[index], states, n_states, hidden, sync == "each"))
+                      for index, states in produced]
+            del produced  # each sample's states live until its file is written
+            seen: set[int] = set()
+            for index, store in stores:
+                problems = store.result()
+                seen.add(index)
+                if problems:
+                    result.bad.append((index, problems))
+                    logger.error("sample %d not written: %s", index, "; ".join(problems))
+                else:
+                    result.written += 1
+                result.tokens += len(by_index[index].input_ids)
+                bar.update(1)
+                bar.set_postfix_str(f"{result.tokens / max(time.monotonic() - started, 1e-9):,.0f} tok/s")
+            for r in batch:
+                if r.index not in seen:
+                    result.bad.append((r.index, ["the backend returned no states"]))
+                    logger.error("sample %d: the backend returned no states", r.index)
+    fsync_dir(out)
+    if sync == "end":
+        os.sync()  # counted: durable files are part of the job
+
+
 def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_ids: list[int], max_len: int,
                   batch_size: int, data_config: dict[str, Any], result: ExtractResult) -> ExtractResult:
     """``--backend vllm-fast``: vLLM's public ``LLM`` with a worker extension that captures,
-    validates and writes every sample inside the worker (:mod:`eagle3_runner.fast_capture`);
+    validates and writes every sample inside the worker (:mod:`eagle3_runner.backends.vllm_fast`);
     only counts travel back.  No speculators code runs, so no patch state is needed.
 
-    Durability: files are written to a temporary name and renamed into place (a SIGKILL leaves
-    only whole files).  ``sync``: ``end`` flushes them with one ``os.sync()`` before returning
-    (counted in the rate), ``each`` fsyncs every file (disk-bound on the H200: 29% of prefill
-    against 89%), ``none`` leaves write-back to the OS.  A power cut before the flush can leave
-    truncated files behind: the resume check loads every existing file and redoes those.
+    ``--sync each`` is disk-bound on the H200 (29% of prefill against 89%).  The capture's
+    setup (hooks, its pinned host pool) is part of the engine's start, which rates exclude.
     """
     import os
 
-    from .fast_capture import make_llm, run_fast
+    from .backends.vllm_fast import make_llm, run_fast, setup_capture
 
     llm = make_llm(opts.model, max_model_len=max_len, tensor_parallel_size=opts.tensor_parallel_size,
                    dtype=opts.dtype, gpu_memory_utilization=opts.gpu_memory_utilization or _default_memory_share())
-    started = time.monotonic()  # rates exclude the engine's start and shutdown, as for the other backends
     try:
+        setup = setup_capture(llm, layer_ids, fsync=opts.sync == "each")
+        started = time.monotonic()  # rates exclude the engine's start and shutdown, as for the other backends
         summary = run_fast(llm, ((r.index, r.input_ids, r.loss_mask) for r in todo), out, layer_ids,
-                           batch_size=batch_size, resume=False, fsync=opts.sync == "each", max_model_len=max_len)
+                           batch_size=batch_size, resume=False, max_model_len=max_len, setup=setup)
         if opts.sync == "end":
             os.sync()  # counted: durable files are part of the job
         result.seconds = time.monotonic() - started
@@ -279,17 +313,16 @@ def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_i
     return result
 
 
-def _store(out: Path, row: TokenRow, states: list[Any], n_states: int, hidden: int, result: ExtractResult) -> None:
-    import torch
+def _store(out: Path, row: TokenRow, states: list[Any], n_states: int, hidden: int, fsync: bool) -> list[str]:
+    """Validate one sample and write it atomically; return its problems (none: written)."""
+    from .backends.vllm_fast.files import write_sample_atomic
 
     sample = build_sample(row.input_ids, row.loss_mask, states)
     problems = sample_problems(sample, num_layers=n_states, hidden_size=hidden, input_ids=row.input_ids)
-    if problems:
-        result.bad.append((row.index, problems))
-        logger.error("sample %d not written: %s", row.index, "; ".join(problems))
-        return
-    write_with(sample_path(out, row.index), lambda fh: torch.save(sample, fh))
-    result.written += 1
+    if not problems:
+        owned = all(h.untyped_storage().nbytes() == h.numel() * h.element_size() for h in sample["hidden_states"])
+        write_sample_atomic(sample_path(out, row.index), sample, "raw" if owned else "torch", fsync=fsync)
+    return problems
 
 
 def _default_memory_share() -> float:

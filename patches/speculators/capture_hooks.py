@@ -17,17 +17,23 @@ attributes the captured rows to requests by position in the batch.  Both drift w
   wrong as soon as vLLM reorders requests or chunks a prefill (chunked prefill is on by
   default from 0.11.1).
 
-Fix: a vendored capture (``speculators/_vllm_compat_capture.py``) registers forward pre-hooks
-on the decoder layers (a forward hook on the last layer for id ``N``), so vLLM's own forward
-runs unchanged on every architecture, and splits each step's rows per request with the
-runner's own layout of that step (Model Runner V2: the step's ``InputBatch.req_ids`` /
-``query_start_loc_np``; V1 runner: ``input_batch.req_ids`` with the scheduled token counts).
-Hooks record only inside a real ``execute_model`` step (never in profiling or warm-up runs).
-``_get_captured_states`` returns ``{request id: [CPU tensor per layer id]}`` in the order of the
-requested layer ids (upstream: ascending unique ids; identical for the defaults).  The
-generator fetches it with the executor's own ``collective_rpc`` (``MultiprocExecutor``:
-pickled through its shared-memory queue), which keeps tensors nested in a dict intact;
-``LLM.collective_rpc``'s msgpack hop would turn them into placeholders.
+Fix: a vendored capture (``speculators/_vllm_compat_capture.py``, the mechanism
+``eagle3_runner``'s fast path uses too, and ``speculators/_vllm_compat_generator_capture.py``,
+the extension's API on it) registers forward pre-hooks on the decoder layers (a forward hook
+on the last layer for id ``N``), so vLLM's own forward runs unchanged on every architecture,
+and splits each step's rows per request with the runner's own layout of that step (Model
+Runner V2: the step's ``InputBatch.req_ids`` / ``query_start_loc_np``; V1 runner:
+``input_batch.req_ids`` with the scheduled token counts), placed at each request's
+``num_computed_tokens`` offset (decode rows dropped).  Hooks record only inside a real
+``execute_model`` step (never in profiling or warm-up runs).  Each request's rows are copied
+into its own host buffer (pinned, on a side CUDA stream) as the steps run; the captured token
+ids and positions are checked against the prompt (an attribution error raises instead of
+returning wrong rows).  ``_get_captured_states`` returns ``{request id: [CPU tensor per layer
+id]}`` in the order of the requested layer ids (upstream: ascending unique ids; identical for
+the defaults).  The generator fetches it with the executor's own ``collective_rpc``
+(``MultiprocExecutor``: pickled through its shared-memory queue), which keeps tensors nested in
+a dict intact; ``LLM.collective_rpc``'s msgpack hop would turn them into placeholders.
+``speculators.states_in_shared_memory`` then takes the pickling out of that hop.
 
 Capture convention (a deliberate correction, see also ``speculators.capture_convention``): for
 layer id ``i`` the residual stream ENTERING decoder layer ``i`` (``hidden_states + residual`` as
@@ -72,11 +78,14 @@ register(Patch(
              "vllm/v1/worker/gpu/model_runner.py (Model Runner V2, sort_batch_req_ids).",
     remove_when="speculators captures through vLLM's own aux_hidden_state_layers / hooks "
                 "(upstream moved to vllm_client/offline in 0.5.0).",
-    shims=(Shim(source="capture.py", dest="speculators/_vllm_compat_capture.py"),),
+    shims=(
+        Shim(source="capture.py", dest="speculators/_vllm_compat_capture.py"),
+        Shim(source="generator_capture.py", dest="speculators/_vllm_compat_generator_capture.py"),
+    ),
     edits=(
         InsertAfter(
             WORKER, "", after="",
-            new="from speculators._vllm_compat_capture import HiddenStatesCapture",
+            new="from speculators._vllm_compat_generator_capture import HiddenStatesCapture",
         ),
         ReplaceStmt(
             WORKER, "HiddenStatesWorkerExtension._setup_hidden_states_capture",

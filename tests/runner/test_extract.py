@@ -201,3 +201,26 @@ def test_resume_redoes_a_corrupt_file(tiny_llama, tokens_file, hf_samples, tmp_p
     assert r.written == 1 and r.skipped == r.total - 1
     assert _sample_equal(torch.load(out / "data_4.pt", weights_only=True),
                          torch.load(hf_samples / "data_4.pt", weights_only=True))
+
+
+@pytest.mark.parametrize("sync,per_file,flushes", [("each", True, 0), ("end", False, 1), ("none", False, 0)])
+def test_sync_modes_flush_what_they_promise(tiny_llama, small_tokens, tmp_path, monkeypatch, sync, per_file, flushes):
+    import os
+    import re
+
+    from eagle3_runner.extract import ExtractOptions, extract
+
+    seen = {"files": 0, "sync": 0}
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if re.search(r"/\.data_\d+\.pt", os.readlink(f"/proc/self/fd/{fd}")):  # a sample's temporary, before its rename
+            seen["files"] += 1
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "sync", lambda: seen.__setitem__("sync", seen["sync"] + 1))
+    r = extract(ExtractOptions(model=tiny_llama, input=small_tokens, output=tmp_path, backend="hf", dtype="float32",
+                               batch_size=3, sync=sync))
+    assert r.written == 8 and not r.bad
+    assert seen == {"files": 8 if per_file else 0, "sync": flushes}

@@ -92,3 +92,24 @@ def test_vllm_backend_equals_hf(patched_site, tiny_llama, small_tokens, tmp_path
         for lid, got, want in zip(layer_ids, sample["hidden_states"], ref):
             assert got.dtype == getattr(torch, dtype)
             assert rel(got, want) <= tolerance, (row.index, lid, rel(got, want))
+
+
+@pytest.mark.slow
+def test_vllm_backend_equals_the_fast_path(patched_site, tiny_llama, small_tokens, tmp_path):
+    """The patched generator (states through /dev/shm) and vllm-fast (files written in the
+    worker) capture with the same mechanism: the same files, within float32 rounding of two
+    engines that batch the prompts differently."""
+    from eagle3_runner.extract import ExtractOptions, extract
+
+    layer_ids = [0, 2, 6]
+    common = dict(model=tiny_llama, input=small_tokens, layers=layer_ids, dtype="float32", batch_size=3)
+    slow = extract(ExtractOptions(output=tmp_path / "slow", backend="vllm", site_packages=str(patched_site), **common))
+    fast = extract(ExtractOptions(output=tmp_path / "fast", backend="vllm-fast", **common))
+    assert slow.written == fast.written == 8 and not slow.bad and not fast.bad
+    for row in read_token_rows(small_tokens):
+        a = torch.load(tmp_path / "slow" / f"data_{row.index}.pt", weights_only=True)
+        b = torch.load(tmp_path / "fast" / f"data_{row.index}.pt", weights_only=True)
+        assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["loss_mask"], b["loss_mask"])
+        for lid, x, y in zip(layer_ids, a["hidden_states"], b["hidden_states"]):
+            assert x.dtype == y.dtype == torch.float32 and x.shape == y.shape
+            assert rel(x, y) <= 1e-5, (row.index, lid, rel(x, y))
