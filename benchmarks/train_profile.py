@@ -25,14 +25,16 @@ HOST = {  # host regions (record_function / op names, lower-cased, substring)
 }
 
 
-def make_profiler(start: int, steps: int, device: str) -> Any:
-    """A profiler that records steps ``start .. start + steps - 1`` (``prof.step()`` per step)."""
+def make_profiler(start: int, steps: int, device: str, on_ready: Any = None) -> Any:
+    """A profiler that records steps ``start .. start + steps - 1`` (``prof.step()`` per step)
+    and calls ``on_ready(prof)`` when they are done."""
     if steps <= 0:
         return None
     from torch.profiler import ProfilerActivity, profile, schedule
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    return profile(activities=acts, schedule=schedule(wait=max(0, start - 1), warmup=1, active=steps, repeat=1))
+    return profile(activities=acts, schedule=schedule(wait=max(0, start - 1), warmup=1, active=steps, repeat=1),
+                   on_trace_ready=on_ready)
 
 
 def kind_of(name: str) -> str:

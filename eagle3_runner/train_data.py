@@ -24,35 +24,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .errors import BadInput
+from .formats import load_sample, sample_problems
 
 logger = logging.getLogger(__name__)
 
 ERROR = "_error"  # a batch carrying this key stands for a bad sample file
-KEYS = ("input_ids", "hidden_states", "verifier_last_hidden_states", "loss_mask", "lengths", "position_ids")
-
-
-def _sample_problem(data: Any, num_layers: int, hidden_size: int) -> str | None:
-    import torch
-
-    if not isinstance(data, dict):
-        return f"holds a {type(data).__name__}, not a sample dict"
-    missing = [k for k in ("input_ids", "hidden_states", "loss_mask") if k not in data]
-    if missing:
-        return f"has no {', '.join(missing)}"
-    ids, mask, states = data["input_ids"], data["loss_mask"], data["hidden_states"]
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.shape[0] < 1:
-        return "'input_ids' is not a non-empty 1-D tensor"
-    t = ids.shape[0]
-    if not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (t,):
-        return f"'loss_mask' is not a tensor of {t} entries"
-    if not isinstance(states, (list, tuple)) or len(states) != num_layers:
-        n = len(states) if isinstance(states, (list, tuple)) else type(states).__name__
-        return f"'hidden_states' must be a list of {num_layers} tensors (one per layer id), got {n}"
-    for k, h in enumerate(states):
-        if not isinstance(h, torch.Tensor) or not h.is_floating_point() or tuple(h.shape) != (t, hidden_size):
-            shape = tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__
-            return f"hidden_states[{k}] is {shape}, expected a float tensor of ({t}, {hidden_size})"
-    return None
 
 
 class SampleFiles:
@@ -65,15 +41,14 @@ class SampleFiles:
         return len(self.files)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        import torch
-
         path = self.files[index]
         try:
-            data = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
+            data = load_sample(path)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is reported by name
             return {ERROR: f"{path}: cannot be loaded as a sample ({type(exc).__name__}: {exc})"}
-        why = _sample_problem(data, self.num_layers, self.hidden_size)
-        return {ERROR: f"{path}: {why}"} if why else data
+        # structure and shapes only: extract checked finiteness before writing the file
+        why = sample_problems(data, num_layers=self.num_layers, hidden_size=self.hidden_size, check_finite=False)
+        return {ERROR: f"{path}: {'; '.join(why)}"} if why else data
 
 
 class PackCollate:

@@ -71,6 +71,18 @@ def fast_trainer(base: type, *, precision: str, transform: Any = None) -> type:
     class FastTrainer(base):  # type: ignore[misc, valid-type]
         step_seconds: list[float]
 
+        def setup_model(self) -> None:
+            super().setup_model()
+            if precision == "bf16" and not self.is_distributed:
+                import torch
+
+                # The frozen verifier embeddings in bf16 (as FSDP's bf16 policy has them): the
+                # first layer's input cat(embeds, fc(h)) is then bf16, so are the rotary tables
+                # taken from its dtype, and q/k/v reach FlexAttention in one dtype (fp32 embeds
+                # would promote q and k to fp32 next to a bf16 v).  Checkpoints are saved in bf16
+                # by speculators either way.
+                self.model.embed_tokens.to(torch.bfloat16)
+
         def setup_optimizer(self) -> None:
             super().setup_optimizer()
             import torch
