@@ -340,6 +340,8 @@ def run_all(a: argparse.Namespace, out: Path, work: Path, t0: float) -> dict[str
         left = a.deadline - (time.perf_counter() - t0)
         while queue and len(running) < a.parallel and left > a.min_left:
             name = queue.pop(0)
+            for stale in (f"records_{name}.jsonl", f"variant_{name}.json", f"profile_{name}.json"):
+                (work / stale).unlink(missing_ok=True)  # a warm machine's earlier run
             log_path = work / f"log_{name}.txt"
             cmd = [sys.executable, __file__, "--worker", name, *sys.argv[1:]]
             with log_path.open("w") as fh:
