@@ -62,7 +62,9 @@ def _mean_gap(a: list[float], b: list[float]) -> float:
 @pytest.mark.slow
 def test_fast_loop_losses_equal_stock(tmp_path, tiny_llama, hf_samples, vocab, train_site, run_cli):
     """Same seed, data and steps on the CPU: the float32 fast loop equals speculators' loop to
-    1e-5 (relative, every step).  bf16 autocast is "within noise": its mean per-step |loss
+    1e-5 (relative, every step): the same ops on equal tensors, so only float32 rounding may
+    differ (a kernel taking another path for equal inputs laid out differently, ~1e-7 per op
+    over 8 steps); measured 0.0 here.  bf16 autocast is "within noise": its mean per-step |loss
     difference| from speculators' loop is at most that between two seeds of speculators' loop
     (the benchmark's definition, benchmarks/gpu_train.py)."""
     runs = {}
