@@ -101,7 +101,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-len", type=int, default=2048, help="tokens per packed batch")
     s.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="linear")
     s.add_argument("--noise-std", type=float, default=0.0)
-    s.add_argument("--compile", action="store_true", help="keep speculators' torch.compile on")
+    s.add_argument("--compile", action="store_true",
+                   help="keep speculators' torch.compile on (always on for --loop fast on CUDA)")
+    s.add_argument("--loop", choices=("fast", "speculators"), default="speculators",
+                   help="fast: the runner's loop around speculators' model and Trainer (worker loader, pinned "
+                        "prefetch, bf16 autocast, fused AdamW); speculators: its Trainer loop as is")
+    s.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
+                   help="fast loop: bf16 autocast with float32 weights (auto on CUDA) or float32 (auto on CPU)")
     s.add_argument("--nproc", type=int, default=1, help="> 1: run under torchrun with this many processes")
     s.add_argument("--val-fraction", type=float, default=0.1,
                    help="samples held out for the end-of-training acceptance evaluation (default 0.1; 0 = none)")
@@ -280,8 +286,8 @@ def _cmd_train(a: argparse.Namespace) -> int:
     opts = TrainOptions(
         data=a.data, vocab=a.vocab, verifier=a.verifier, output=a.output, steps=a.steps, device=a.device, lr=a.lr,
         seed=a.seed, num_layers=a.num_layers, ttt_steps=a.ttt_steps, ttt_step_loss_decay=a.ttt_step_loss_decay,
-        max_len=a.max_len, scheduler=a.scheduler, noise_std=a.noise_std, compile=a.compile,
-        val_fraction=a.val_fraction,
+        max_len=a.max_len, scheduler=a.scheduler, noise_std=a.noise_std, compile=a.compile, loop=a.loop,
+        precision=a.precision, val_fraction=a.val_fraction,
     )
     if a.nproc > 1 and "LOCAL_RANK" not in os.environ:
         from .launch import torchrun_train

@@ -57,6 +57,8 @@ class TrainOptions:
     scheduler: str = "linear"
     noise_std: float = 0.0  # uniform noise on the input states (speculators' AddUniformNoise)
     compile: bool = False
+    loop: str = "speculators"  # "fast": eagle3_runner.train_loop; "speculators": its Trainer loop as is
+    precision: str = "auto"  # fast loop: "bf16" autocast (auto on CUDA) or "fp32" (auto on CPU)
     val_fraction: float = 0.1  # samples held out for the end-of-training acceptance evaluation
 
 
@@ -209,11 +211,15 @@ def train(opts: TrainOptions) -> TrainResult:
         raise UsageError("--steps must be at least 1")
     if opts.device not in ("cpu", "cuda"):
         raise UsageError("--device must be cpu or cuda")
+    from .train_loop import LOOPS, PRECISIONS, fast_setup, wants_compile
+
+    if opts.loop not in LOOPS or opts.precision not in PRECISIONS:
+        raise UsageError(f"--loop must be one of {LOOPS}, --precision one of {PRECISIONS}")
     import torch
 
     if opts.device == "cuda" and not torch.cuda.is_available():
         raise EnvironmentProblem("--device cuda but no CUDA device is available")
-    if not opts.compile:
+    if not wants_compile(opts.loop, opts.device, opts.compile):
         import torch._dynamo
 
         torch._dynamo.config.disable = True  # speculators decorates forward with torch.compile
@@ -258,7 +264,8 @@ def train(opts: TrainOptions) -> TrainResult:
     )
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_sampler=_StepsSampler(inner, opts.steps), collate_fn=sp["create_collate_fn"](opts.max_len))
+    batches = _StepsSampler(inner, opts.steps)
+    loader = DataLoader(dataset, batch_sampler=batches, collate_fn=sp["create_collate_fn"](opts.max_len))
 
     trainer_mod = sp["trainer_mod"]
     device: Any = "cpu" if opts.device == "cpu" else int(os.environ.get("LOCAL_RANK", "0"))
@@ -281,6 +288,10 @@ def train(opts: TrainOptions) -> TrainResult:
         metrics_logger.setLevel(logging.INFO)
     try:
         trainer_cls = _cpu_trainer(trainer_mod.Trainer, sp["apply_fully_sharded"]) if opts.device == "cpu" else trainer_mod.Trainer
+        if opts.loop == "fast":
+            loader, trainer_cls = fast_setup(trainer_cls, files, batches, max_len=opts.max_len, num_layers=len(layer_ids),
+                                             hidden_size=layer_cfg.hidden_size, device=opts.device,
+                                             precision=opts.precision, transform=transform)
         trainer = trainer_cls(model, trainer_config, loader, None)
         trainer.run_training()
     finally:
@@ -296,7 +307,8 @@ def train(opts: TrainOptions) -> TrainResult:
             "data": str(Path(opts.data).absolute()), "vocab": str(Path(opts.vocab).absolute()),
             "aux_layer_ids": layer_ids[:-1], "steps": opts.steps, "lr": opts.lr, "seed": opts.seed,
             "device": opts.device, "world_size": world, "num_layers": opts.num_layers, "ttt_steps": opts.ttt_steps,
-            "max_len": opts.max_len, "attention": attn, "train_samples": len(files),
+            "max_len": opts.max_len, "attention": attn, "loop": opts.loop, "precision": opts.precision,
+            "train_samples": len(files),
             "val_fraction": opts.val_fraction, "val_files": [str(Path(f).absolute()) for f in val_files],
         })
     if distributed:
