@@ -12,11 +12,12 @@ BUDGET=${BUDGET:-145}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SITE=${SITE:-/tmp/site-train}
 PY=${PY:-python3}
+WHL=${WHL:-.whl}  # another folder when the call also carries gpu_run.sh's .whl
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SITE:$PWD
 if [ "${FC_DRY:-}" = 1 ]; then
-  WHEELS=$(ls .whl/speculators-*.whl)  # the other wheels are cp312; the dry run's venv has those packages
+  WHEELS=$(ls $WHL/speculators-*.whl)  # the other wheels are cp312; the dry run's venv has those packages
 else
-  WHEELS=$(ls .whl/*.whl)
+  WHEELS=$(ls $WHL/*.whl)
 fi
 rm -rf "$SITE"
 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" $WHEELS \
