@@ -1,8 +1,10 @@
 #!/bin/bash
 # Repack gpu-vllm-bundle's wheels (/work/main/.gpucarry/p*/part-*) as one unpacked site folder,
-# without vLLM's FA2 kernels (Hopper runs FA3: vllm/v1/attention/backends/fa_utils.py) and
-# without xgrammar (loaded lazily, for structured outputs only), xz-compressed and split:
-# 331 MiB of wheels become 152 MiB, three device calls instead of six.
+# without vLLM's FA2 kernels (Hopper runs FA3: vllm/v1/attention/backends/fa_utils.py),
+# xz-compressed and split: 331 MiB of wheels become about 160 MiB, three device calls instead of six.
+# xgrammar stays: vLLM 0.20.0 imports it with `from vllm import LLM` (vllm/v1/request.py ->
+# structured_output/backend_xgrammar.py evaluates xgr.GrammarMatcher at class definition); the
+# H200 run of 2026-12-03 without it failed there in every engine step.
 # usage: bash benchmarks/gpu_site_parts.sh BUNDLE_DIR|SITE.tar.xz OUT_DIR [MIB ...]
 #   OUT_DIR/sNN/site-NN, one folder per part (one carry path each); part NN is the NN-th MIB
 #   given (default 59: each part under 60 MiB), the last part holds the rest.  A SITE.tar.xz
@@ -18,7 +20,6 @@ else
   mkdir "$work/site"
   python3 -c "import glob, sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in glob.glob(sys.argv[2] + '/*.whl')]" "$work/site" "$work"
   rm -f "$work"/site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so
-  rm -rf "$work"/site/xgrammar "$work"/site/xgrammar-*.dist-info
   stream=$work/site.tar.xz
   tar cf - -C "$work/site" . | xz -T2 -6 > "$stream"
 fi
