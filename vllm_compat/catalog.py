@@ -9,6 +9,7 @@ package of its own (its modules may import each other relatively), re-read on ev
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import re
@@ -68,6 +69,13 @@ class Catalog:
 
     def where(self, pid: str) -> str:
         return self.origin[pid].describe() if pid in self.origin else "the built-in catalog"
+
+    def qualified(self, patches: list[Patch], source: Source, module: str) -> list[Patch]:
+        """``patches`` of a module of ``source`` with the ids they would have if loaded."""
+        local = {p.id.split(":", 1)[1]: p.id for p in self.patches if self.origin.get(p.id) is source}
+        local |= {p.id: f"{source.name}:{p.id}" for p in patches}
+        return [_qualified_after(replace(p, id=f"{source.name}:{p.id}", module=module), source, {source.name: local})
+                for p in patches]
 
     def extended(self, patches: list[Patch], source: Source) -> Catalog:
         """This catalog with ``patches`` (qualified ids) of ``source`` added, validated again."""
@@ -144,14 +152,19 @@ def _user_modules(root: Path) -> list[str]:
 
 
 def _load_user(src: Source, rank: int) -> tuple[list[Patch], dict[str, str]]:
+    if not os.path.isdir(src.root):
+        return [], {}  # the folder `record` is about to create
     package = f"_vllm_compat_catalog_{rank}"
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
     forget(package)
     root = Path(src.root)
     init = root / "__init__.py"
-    spec = importlib.util.spec_from_file_location(package, init if init.is_file() else None,
-                                                  submodule_search_locations=[str(root)])
+    if init.is_file():
+        spec = importlib.util.spec_from_file_location(package, init, submodule_search_locations=[str(root)])
+    else:  # a plain folder of modules: a package without an __init__
+        spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
+        spec.submodule_search_locations = [str(root)]
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[package] = module
     names = _user_modules(root)
@@ -260,7 +273,8 @@ def _ancestors(found: list[Patch]) -> dict[str, set[str]]:
     return {p.id: anc(p.id) for p in found}
 
 
-def _overlap(a: Patch, b: Patch) -> bool:
+def overlap(a: Patch, b: Patch) -> bool:
+    """Whether some installed versions would select both ``a`` and ``b``."""
     if a.target != b.target or not may_overlap(a.target_versions, b.target_versions):
         return False
     return all(may_overlap(a.requires[d], b.requires[d]) for d in set(a.requires) & set(b.requires))
@@ -278,7 +292,7 @@ def _check_conflicts(found: list[Patch], who=lambda p: p.id) -> None:
     for (file, scope, _), ps in anchors.items():
         for i, a in enumerate(ps):
             for b in ps[i + 1 :]:
-                if a.id != b.id and _overlap(a, b) and a.id not in anc[b.id] and b.id not in anc[a.id]:
+                if a.id != b.id and overlap(a, b) and a.id not in anc[b.id] and b.id not in anc[a.id]:
                     raise CatalogError(
                         f"contradictory patches {who(a)} and {who(b)}: both edit the same code in "
                         f"{file} ({scope or 'module'}) for overlapping versions; order them with 'after'"
@@ -288,7 +302,7 @@ def _check_conflicts(found: list[Patch], who=lambda p: p.id) -> None:
         for s in p.shims:
             if s.dest in dests and dests[s.dest] != p.id:
                 other = next(q for q in found if q.id == dests[s.dest])
-                if _overlap(p, other):
+                if overlap(p, other):
                     raise CatalogError(f"contradictory patches {who(other)} and {who(p)}: both vendor {s.dest}")
             dests[s.dest] = p.id
 

@@ -100,9 +100,9 @@ def _checked_name(name: str, origin: str) -> str:
     return name
 
 
-def _folder(path: str, origin: str) -> Source:
+def _folder(path: str, origin: str, missing_ok: tuple[str, ...] = ()) -> Source:
     root = os.path.abspath(path)
-    if not os.path.isdir(root):
+    if not os.path.isdir(root) and root not in missing_ok:
         raise SourceError(f"catalog folder {root} does not exist (named by {origin})")
     return Source(_checked_name(os.path.basename(os.path.normpath(root)), origin), root, origin)
 
@@ -246,20 +246,22 @@ def _entry_point(site: str, name: str, value: str, dist_info: str) -> Source:
 
 
 def discover(site: str, extra: tuple[str, ...] | list[str] = (), cwd: str | None = None,
-             cached: dict | None = None, exact: bool = False) -> tuple[list[Source], dict]:
-    """The catalogs in use for ``site``, in order, and the entry-point scan to cache.
+             cached: dict | None = None, exact: bool = False,
+             missing_ok: tuple[str, ...] = ()) -> tuple[list[Source], dict]:
+    """The catalogs in use for ``site``, in order, and the entry-point scan to cache
+    (``missing_ok``: folders that may not exist yet, the one `record` writes into).
 
     ``cached`` is the scan a manifest recorded: reused while the site folder's mtime is the
     one it was taken at (installing or removing a distribution changes it), which saves
     reading every ``entry_points.txt`` of the site on the fast path."""
     out = [Source(BUILTIN, builtin_root(), "vllm-compat")]
     for d in extra:
-        out.append(_folder(d, f"--catalog {d}"))
+        out.append(_folder(d, f"--catalog {d}", missing_ok))
     pyproject = nearest_pyproject(cwd or os.getcwd())
     if pyproject is not None:
         base = os.path.dirname(pyproject)
         for d in pyproject_catalogs(pyproject, exact):
-            out.append(_folder(os.path.join(base, d), f"{pyproject} [tool.vllm-compat] catalogs"))
+            out.append(_folder(os.path.join(base, d), f"{pyproject} [tool.vllm-compat] catalogs", missing_ok))
     mtime = os.stat(site).st_mtime_ns
     if cached is not None and cached.get("mtime") == mtime:
         found = cached["found"]

@@ -68,13 +68,13 @@ class Plan:
         return transformed(fs.path, pristine, self.applicable(fs.patches)) if fs.patches else pristine
 
 
-def load_catalog(target: Target):
+def load_catalog(target: Target, missing_ok: tuple[str, ...] = ()):
     """Every catalog in use for ``target``, loaded and validated together."""
     from .catalog import CatalogError, load  # noqa: PLC0415 - slow path only
     from .catalogs import SourceError, discover  # noqa: PLC0415
 
     try:
-        sources, entry_points = discover(str(target.site), target.catalogs, exact=True)
+        sources, entry_points = discover(str(target.site), target.catalogs, exact=True, missing_ok=missing_ok)
         return load(sources, entry_points)
     except SourceError as exc:
         raise CommandError(f"catalog error: {exc}", Exit.CATALOG if exc.invalid else Exit.CATALOG_LOAD) from exc
