@@ -225,18 +225,23 @@ class _Solver:
     def _restore(self, saved: tuple) -> None:
         self.merged, self.text, self.edits = saved[0], saved[1], list(saved[2])
 
-    def _attempt(self, edits: list[Edit], target: cst.Module, exact: bool = True) -> bool:
+    def _attempt(self, edits: list[Edit], target: cst.Module, exact: bool = True, fixed: bool = True) -> bool:
         want = target.code
         out = _apply(self.rel, self.text, edits)
-        if out is None or (out != want if exact else _dump(out) != _dump(want)) or _apply(self.rel, out, edits) != out:
+        if out is None or (out != want if exact else _dump(out) != _dump(want)) or \
+                (fixed and _apply(self.rel, out, edits) != out):
             return False  # not the edited code, or not a fixed point on it
         self.edits += edits  # in the order checked: right to left
         self.merged, self.text = target, out
         return True
 
     def _try_forms(self, forms: list[list[Edit]], target: cst.Module) -> bool:
-        return any(self._attempt(f, target) for f in forms) or \
-            (self.loose and any(self._attempt(f, target, exact=False) for f in forms))
+        """The first form that gives the edited bytes and is a fixed point there; with
+        ``loose``, else one that gives the same AST, else one that is no fixed point (an
+        insertion before a module's first statement: apply starts from the pristine file, so it
+        never meets its own result)."""
+        tiers = ((True, True), (False, True), (True, False), (False, False)) if self.loose else ((True, True),)
+        return any(self._attempt(f, target, exact, fixed) for exact, fixed in tiers for f in forms)
 
     def block(self, path: Path, scope: tuple[str, ...], new_body: Sequence[cst.BaseStatement]) -> bool:
         cur = _block_at(self.merged, path)
@@ -291,6 +296,8 @@ class _Solver:
         if tag == "replace" and len(old) == len(nw) == 1:
             if type(cur[i1]) is type(new[0]):
                 yield from _expression_forms(rel, sc, _code(old), _code(nw))
+                if isinstance(cur[i1], _DEFS) and cur[i1].name.value == new[0].name.value:  # in its header
+                    yield from _expression_forms(rel, ".".join((*scope, cur[i1].name.value)), _code(old), _code(nw))
         if tag == "insert":
             if i1 == len(cur) and len(new) == 1 and isinstance(new[0], _DEFS):
                 yield [ReplaceDef(rel, ".".join((*scope, new[0].name.value)), new=_code(nw), create=True)]
