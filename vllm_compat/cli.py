@@ -169,6 +169,8 @@ def _record(args: argparse.Namespace, target: Target) -> int:
         sys.stdout.write(difference)
     for note in res.notes:
         print(f"note: {note}")
+    if res.written:
+        print(f"the site is now applied with it; wrote {len(res.written)} file(s): {', '.join(res.written)}")
     print("fill in its TODO lines (title, why, upstream, remove_when); verify lists them until then")
     if not res.in_use:
         folder = res.module.rsplit("/", 1)[0]

@@ -28,6 +28,7 @@ __all__ = ["RecordError", "Recorded", "record_edits"]
 _CLAUSES = (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase, cst.If)
 _DEFS = (cst.FunctionDef, cst.ClassDef)
 _CONTEXT = ((0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (0, 2), (2, 2), (3, 3))  # statements before, after
+_CONTEXT_LINES = 12  # a longer statement (a whole def or class) is no context: the patch would hold it
 Path = tuple  # ((statement index, accessor of one of its blocks), ...) from the module down
 
 
@@ -48,13 +49,9 @@ def record_edits(rel: str, base: str, edited: str) -> Recorded:
         base_mod, edited_mod = cst.parse_module(base), cst.parse_module(edited)
     except cst.ParserSyntaxError as exc:
         raise RecordError(f"{rel} does not parse: line {exc.raw_line}: {exc.message}") from None
-    solver = _Solver(rel, base_mod, edited_mod, loose=False)
+    solver = _Solver(rel, base_mod, edited_mod)
     if not solver.block((), (), edited_mod.body):
-        # Same bytes cannot be had everywhere (an insertion's leading comment or blank lines
-        # at the end of a block are the common case): the same code, with the difference stated.
-        solver = _Solver(rel, base_mod, edited_mod, loose=True)
-        if not solver.block((), (), edited_mod.body):
-            raise RecordError(f"{rel}: {solver.failure}")
+        raise RecordError(f"{rel}: {solver.failure}")
     edits = tuple(solver.edits)
     final = _apply(rel, base, edits) if edits else base
     if final == edited:
@@ -206,18 +203,21 @@ def _expression_forms(rel: str, scope: str, a_code: str, b_code: str) -> list[li
 
 class _Solver:
     """Walks the edited tree against the base tree; ``merged`` is the base with the changes
-    expressed so far, ``text`` what ``edits`` give on the base (checked): its code, or with
-    ``loose`` code of the same AST where no form gives the same bytes."""
+    expressed so far, ``text`` what ``edits`` give on the base (checked).
 
-    def __init__(self, rel: str, base: cst.Module, edited: cst.Module, loose: bool) -> None:
-        self.rel, self.edited, self.loose = rel, edited, loose
+    Inside a block a change takes an exact form or is left to the statement holding the
+    block; only in the module's own block, where nothing holds it, may a form give the same
+    AST without the same bytes (an insertion's leading comment or blank lines: the transform
+    drops those of the first statement it inserts)."""
+
+    def __init__(self, rel: str, base: cst.Module, edited: cst.Module) -> None:
+        self.rel, self.edited = rel, edited
         self.merged, self.text = base, base.code
         self.edits: list[Edit] = []
         self.failure = ""
 
     def _same(self, target: cst.Module) -> bool:
-        """Whether the text so far is ``target``'s code (with ``loose``: its AST)."""
-        return self.text == target.code or (self.loose and _dump(self.text) == _dump(target.code))
+        return self.text == target.code
 
     def _save(self) -> tuple:
         return self.merged, self.text, list(self.edits)
@@ -232,15 +232,17 @@ class _Solver:
                 (fixed and _apply(self.rel, out, edits) != out):
             return False  # not the edited code, or not a fixed point on it
         self.edits += edits  # in the order checked: right to left
-        self.merged, self.text = target, out
+        # (of the same AST only at the module's level, right to left: what is left of it
+        # keeps its indexes in the file as it now is)
+        self.merged, self.text = (target if out == want else cst.parse_module(out)), out
         return True
 
-    def _try_forms(self, forms: list[list[Edit]], target: cst.Module) -> bool:
-        """The first form that gives the edited bytes and is a fixed point there; with
-        ``loose``, else one that gives the same AST, else one that is no fixed point (an
-        insertion before a module's first statement: apply starts from the pristine file, so it
+    def _try_forms(self, path: Path, forms: list[list[Edit]], target: cst.Module) -> bool:
+        """The first form that gives the edited bytes and is a fixed point there; in the
+        module's own block, else one that gives the same AST, else one that is no fixed point
+        (an insertion before the first statement: apply starts from the pristine file, so it
         never meets its own result)."""
-        tiers = ((True, True), (False, True), (True, False), (False, False)) if self.loose else ((True, True),)
+        tiers = ((True, True), (False, True), (True, False), (False, False)) if not path else ((True, True),)
         return any(self._attempt(f, target, exact, fixed) for exact, fixed in tiers for f in forms)
 
     def block(self, path: Path, scope: tuple[str, ...], new_body: Sequence[cst.BaseStatement]) -> bool:
@@ -260,7 +262,7 @@ class _Solver:
                 return True
             self._restore(saved)
         if not (tag == "replace" and i2 - i1 == len(new) == 1):  # (a pair tried its own forms)
-            if self._try_forms(list(self._forms(path, scope, tag, i1, i2, new)), target):
+            if self._try_forms(path, list(self._forms(path, scope, tag, i1, i2, new)), target):
                 return True
         if _dump(target.code) == _dump(self.merged.code):
             return True  # comments or layout alone: left out, reported as the difference
@@ -284,13 +286,14 @@ class _Solver:
                     and self._same(target):
                 return True
             self._restore(saved)
-        return self._try_forms(list(self._forms(path, scope, "replace", i, i + 1, [b])), target)
+        return self._try_forms(path, list(self._forms(path, scope, "replace", i, i + 1, [b])), target)
 
     def _forms(self, path: Path, scope: tuple[str, ...], tag: str, i1: int, i2: int, new: list):
         """Candidate edits for replacing ``cur[i1:i2]`` by ``new``, finest first (generated
         lazily: each is tried on the whole file)."""
         cur = list(_block_at(self.merged, path))
         m, e, rel, sc = self.merged, self.edited, self.rel, ".".join(scope)
+        small = [m.code_for_node(s).count("\n") <= _CONTEXT_LINES for s in cur]  # fit to be context
         old = [(s, m) for s in cur[i1:i2]]
         nw = [(s, e) for s in new]
         if tag == "replace" and len(old) == len(nw) == 1:
@@ -301,16 +304,30 @@ class _Solver:
         if tag == "insert":
             if i1 == len(cur) and len(new) == 1 and isinstance(new[0], _DEFS):
                 yield [ReplaceDef(rel, ".".join((*scope, new[0].name.value)), new=_code(nw), create=True)]
-            if i1 > 0:
-                yield [InsertAfter(rel, sc, after=_code([(cur[i1 - 1], m)]), new=_code(nw))]
-            else:
+            if i1 > 0 and small[i1 - 1]:
+                anchor = [(cur[i1 - 1], m)]
+                yield [InsertAfter(rel, sc, after=_code(anchor), new=_code(nw))]
+                # The insertion drops the comments and blank lines above its first statement;
+                # a replacement of equal code with the anchor as context puts them back (the
+                # transform keeps the leading lines of what it replaces only for the first).
+                both = _code(anchor + nw)
+                yield [InsertAfter(rel, sc, after=_code(anchor), new=_code(nw)), ReplaceStmt(rel, sc, old=both, new=both)]
+            elif i1 == 0:
                 yield [InsertAfter(rel, sc, after="", new=_code(nw))]
         for before, after in _CONTEXT:
             lo, hi = i1 - before, i2 + after
-            if lo < 0 or hi > len(cur) or (lo == hi) or (tag == "delete" and before + after == 0):
+            if lo < 0 or hi > len(cur) or (lo == hi) or (tag == "delete" and before + after == 0) \
+                    or not all(small[lo:i1] + small[i2:hi]):
                 continue
             left, right = [(s, m) for s in cur[lo:i1]], [(s, m) for s in cur[i2:hi]]
             yield [ReplaceStmt(rel, sc, old=_code(left + old + right), new=_code(left + nw + right))]
+        # At last, a whole def or class as context (where the statements around are no smaller).
+        if tag == "insert" and i1 > 0 and not small[i1 - 1]:
+            yield [InsertAfter(rel, sc, after=_code([(cur[i1 - 1], m)]), new=_code(nw))]
+        for lo, hi in ((i1 - 1, i2), (i1, i2 + 1)):
+            if 0 <= lo and hi <= len(cur) and not all(small[lo:i1] + small[i2:hi]):
+                left, right = [(s, m) for s in cur[lo:i1]], [(s, m) for s in cur[i2:hi]]
+                yield [ReplaceStmt(rel, sc, old=_code(left + old + right), new=_code(left + nw + right))]
         if tag == "replace" and len(old) == len(nw) == 1 and isinstance(cur[i1], _DEFS) \
                 and type(cur[i1]) is type(new[0]) and cur[i1].name.value == new[0].name.value:
             # Last: unlike the forms above it does not check what it replaces (a def that another

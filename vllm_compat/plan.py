@@ -128,7 +128,9 @@ def make_plan(target: Target, catalog=None, pristine_copies: dict[str, bytes] | 
     store = Store(target)
     manifest = store.manifest()
     hints = manifest.dists if manifest else {}
-    dists = {pkg: target.find(pkg, hints.get(pkg, {}).get("dist_info")) for pkg in sorted(_packages(catalog))}
+    # (and what the manifest names: a catalog no longer in use patched them, revert restores them)
+    pkgs = _packages(catalog) | set(hints) | {r.dist for r in (manifest.files.values() if manifest else ())}
+    dists = {pkg: target.find(pkg, hints.get(pkg, {}).get("dist_info")) for pkg in sorted(pkgs)}
     notes = [f"{pkg} is not installed in this site-packages: no patch has a file to edit"
              for pkg in sorted({p.target for p in catalog.patches}) if dists.get(pkg) is None]
     notes += [f"{p.id}: {', '.join(todo_fields(p))} still TODO ({p.module})" for p in catalog.patches if todo_fields(p)]

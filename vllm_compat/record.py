@@ -222,7 +222,7 @@ def record(target: Target, name: str, packages: tuple[str, ...], wheels: tuple[s
         created = not os.path.isdir(dest)
         atomic_write(module_path, text.encode("utf-8"))
         try:
-            apply_plan(new_plan, dry_run=False, allow_unsupported=allow_unsupported, overwrite=frozenset(overwrite))
+            applied = apply_plan(new_plan, dry_run=False, allow_unsupported=allow_unsupported, overwrite=frozenset(overwrite))
         except BaseException:
             module_path.unlink()
             if created:
@@ -230,7 +230,7 @@ def record(target: Target, name: str, packages: tuple[str, ...], wheels: tuple[s
             raise
     kinds = {rel: tuple(type(e).__name__ for p in loaded for e in p.edits if e.file == rel) for rel in sorted(edited)}
     return RecordResult(str(module_path), tuple(p.id for p in new_catalog.patches if p.module == str(module_path)),
-                        kinds, differences, _in_use_by_default(target, dest), tuple(notes))
+                        kinds, differences, _in_use_by_default(target, dest), tuple(notes), applied.written)
 
 
 def _difference(rel: str, expected: bytes, current: bytes) -> str:

@@ -73,3 +73,4 @@ class RecordResult:
     differences: dict[str, str]  # file -> what the patch does not reproduce (same AST; empty: byte-exact)
     in_use: bool  # whether the catalog is found without --catalog (pyproject.toml, entry point)
     notes: tuple[str, ...] = ()
+    written: tuple[str, ...] = ()  # files the commit wrote (pending patches elsewhere, stated differences)

@@ -68,7 +68,7 @@ def carried_out(base: str, edited: str) -> tuple[str, object]:
     ("n = 16", "n = 32", ReplaceExpr),
     ("        b = 0\n", "        b = -1  # none\n", ReplaceStmt),
     ("    return c\n", "    log(c)\n    return c\n", InsertAfter),
-    ("    a = g(x, k=1)\n", "    a = g(x, k=1)\n    # why\n    z = 3\n", ReplaceStmt),
+    ("    a = g(x, k=1)\n", "    a = g(x, k=1)\n    z = 3\n", InsertAfter),
     ("    except ValueError:\n", "    except KeyError:\n", ReplaceExpr),
     ("def f(x, y=7):", "def f(x, y=8):", ReplaceExpr),
 ])
@@ -78,6 +78,13 @@ def test_each_change_takes_a_fine_form(old: str, new: str, kind: type) -> None:
     _, rec = carried_out(BASE, edited)
     assert [type(e) for e in rec.edits] == [kind], rec.edits
     assert not rec.difference
+
+
+def test_an_insertion_with_a_comment_inserts_then_puts_the_comment_back() -> None:
+    edited = BASE.replace("    a = g(x, k=1)\n", "    a = g(x, k=1)\n    # why\n    z = 3\n")
+    _, rec = carried_out(BASE, edited)
+    assert [type(e) for e in rec.edits] == [InsertAfter, ReplaceStmt] and not rec.difference
+    assert rec.edits[1].old == rec.edits[1].new == "a = g(x, k=1)\n# why\nz = 3"
 
 
 def test_a_changed_header_of_a_def_replaces_it_whole_with_what_it_had() -> None:
@@ -104,9 +111,15 @@ def test_an_edit_that_does_not_parse_is_refused() -> None:
 
 
 def test_a_new_function_at_the_end_of_the_module() -> None:
-    out, rec = carried_out(BASE, BASE + "\n\ndef helper():\n    return 1\n")
-    assert isinstance(rec.edits[0], ReplaceDef) and rec.edits[0].create
-    assert rec.difference  # the transform inserts without the blank lines: the same code
+    # after a short class: inserted, then its blank lines put back with the class as context
+    _, rec = carried_out(BASE, BASE + "\n\ndef helper():\n    return 1\n")
+    assert [type(e) for e in rec.edits] == [InsertAfter, ReplaceStmt] and not rec.difference
+    # after a long one (no context: the patch would hold all of it): created, without the
+    # blank lines the transform cannot insert, and that is stated
+    long = BASE + "\n\nclass D:\n" + "".join(f"    a{i} = {i}\n" for i in range(20))
+    _, rec = carried_out(long, long + "\n\ndef helper():\n    return 1\n")
+    assert [type(e) for e in rec.edits] == [ReplaceDef] and rec.edits[0].create
+    assert rec.difference and "-\n-\n def helper():" in rec.difference
 
 
 class _Mutate(cst.CSTTransformer):
