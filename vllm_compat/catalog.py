@@ -168,16 +168,20 @@ def _load_user(src: Source, rank: int) -> tuple[list[Patch], dict[str, str]]:
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     sys.modules[package] = module
     names = _user_modules(root)
-    for name in ([""] if init.is_file() else []) + names:
-        try:
-            if name:
-                importlib.import_module(f"{package}.{name}")
-            else:
-                spec.loader.exec_module(module)  # type: ignore[union-attr]
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of user code is a load error
-            shown = root / (name.replace(".", "/") + ".py" if name else "__init__.py")
-            raise CatalogError(f"{src.describe()}: {shown} does not import: {type(exc).__name__}: {exc}",
-                               load_error=True) from None
+    quiet, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # no __pycache__ in the user's folder
+    try:
+        for name in ([""] if init.is_file() else []) + names:
+            try:
+                if name:
+                    importlib.import_module(f"{package}.{name}")
+                else:
+                    spec.loader.exec_module(module)  # type: ignore[union-attr]
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure of user code is a load error
+                shown = root / (name.replace(".", "/") + ".py" if name else "__init__.py")
+                raise CatalogError(f"{src.describe()}: {shown} does not import: {type(exc).__name__}: {exc}",
+                                   load_error=True) from None
+    finally:
+        sys.dont_write_bytecode = quiet
     wanted = {f"{package}.{n}" for n in names}
     found = [replace(p, module=str(root / (p.module[len(package) + 1 :].replace(".", "/") + ".py")))
              for p in registered() if p.module in wanted]  # named by its file in messages

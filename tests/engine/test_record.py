@@ -12,6 +12,7 @@ import pytest
 
 import enginekit as kit
 from enginekit import GENERATOR, STATE, cli, show
+from test_hostile import refused
 
 RECORD = 17
 
@@ -214,30 +215,19 @@ def edited(patched: Path) -> Path:
     return patched
 
 
-def _refused(site: Path, args: tuple[str, ...], code: int, words: tuple[str, ...], folder: Path, cwd: Path | None = None) -> None:
-    before = kit.snapshot(site)
-    res = cli(site, *args, cwd=cwd)
-    assert res.returncode == code, show(res)
-    assert res.stderr.startswith("vllm-compat: error:") and "Traceback" not in res.stderr, show(res)
-    for w in words:
-        assert w in res.stderr, show(res)
-    assert not kit.snapshot_diff(before, kit.snapshot(site)), f"{args} wrote into the site"
-    assert not folder.exists() or not any(p.suffix == ".py" for p in folder.rglob("*")), f"{args} wrote a module"
-
-
 def test_record_refuses_with_nothing_written(edited: Path, patched_pristine: Path, tmp_path: Path) -> None:
     fixes = tmp_path / "fixes"
-    _refused(edited, ("record", "gen fix", "--catalog", str(fixes)), 2, ("bad patch name",), fixes)
-    _refused(edited, ("record", "gen_fix"), 2, ("--catalog DIR",), fixes, cwd=tmp_path)
-    _refused(patched_pristine, ("record", "gen_fix", "--catalog", str(fixes)), RECORD, ("no hand edits",), fixes)
+    refused(edited, ("record", "gen fix", "--catalog", str(fixes)), 2, ("bad patch name",), (fixes,))
+    refused(edited, ("record", "gen_fix"), 2, ("--catalog DIR",), (fixes,), cwd=tmp_path)
+    refused(patched_pristine, ("record", "gen_fix", "--catalog", str(fixes)), RECORD, ("no hand edits",), (fixes,))
     gen = edited / GENERATOR
     good = gen.read_text()
     gen.write_text(good.replace("MAX_NUM_SEQS = 64", "MAX_NUM_SEQS = (64"))
-    _refused(edited, ("record", "gen_fix", "--catalog", str(fixes)), RECORD, ("does not parse", GENERATOR), fixes)
+    refused(edited, ("record", "gen_fix", "--catalog", str(fixes)), RECORD, ("does not parse", GENERATOR), (fixes,))
     gen.write_text(good)
     shim = next(p for p in (edited / "speculators").glob("_vllm_compat_*.py"))
     shim.write_text(shim.read_text() + "\n# mine\n")
-    _refused(edited, ("record", "gen_fix", "--catalog", str(fixes)), RECORD, ("vendored shim",), fixes)
+    refused(edited, ("record", "gen_fix", "--catalog", str(fixes)), RECORD, ("vendored shim",), (fixes,))
 
 
 def test_record_refuses_an_existing_module(edited: Path, tmp_path: Path) -> None:
