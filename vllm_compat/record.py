@@ -71,6 +71,7 @@ def _edited(plan: Plan, packages: list[str]) -> tuple[dict[str, tuple[str, bytes
     Python files, and notes on the files left alone."""
     by_file = {f.path: f for f in plan.report.files}
     manifest = plan.manifest
+    known = {p.id for p in plan.catalog.patches}
     out: dict[str, tuple[str, bytes | None, bytes]] = {}
     notes: list[str] = []
     for pkg in packages:
@@ -86,14 +87,19 @@ def _edited(plan: Plan, packages: list[str]) -> tuple[dict[str, tuple[str, bytes
                 continue
             digest = sha256_bytes(current)
             fs, rec = by_file.get(rel), manifest.files.get(rel) if manifest else None
-            if digest == want or (rec is not None and digest == rec.applied) or (fs and fs.state == APPLIED):
+            # patches apply used that no catalog declares any more (a recorded module deleted to
+            # record its file again): what they did counts as hand edits
+            gone = [pid for pid in rec.patches if pid not in known] if rec is not None else []
+            if digest == want or (rec is not None and digest == rec.applied and not gone) or (fs and fs.state == APPLIED):
                 continue
             if not rel.endswith(".py"):
                 notes.append(f"{rel} differs from RECORD but is not Python source (not recorded)")
                 continue
             if rec is not None:
                 base = plan.expected_bytes(fs)
-                if sha256_bytes(base) != rec.applied:
+                if base == current:
+                    continue
+                if sha256_bytes(base) != rec.applied and not gone:
                     why = fs.detail if fs.state == STALE else "the patches for it changed since apply"
                     raise _refuse(f"{rel}: your edit is against the file apply wrote, which the patches no longer "
                                   f"give ({why}); save your edit elsewhere, `vllm-compat revert --force`, apply, "

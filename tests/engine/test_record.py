@@ -230,6 +230,23 @@ def test_record_refuses_with_nothing_written(edited: Path, patched_pristine: Pat
     refused(edited, ("record", "gen_fix", "--catalog", str(fixes)), RECORD, ("vendored shim",), (fixes,))
 
 
+def test_recording_a_file_again(edited: Path, tmp_path: Path) -> None:
+    """Delete the module, edit more, record again: one patch holds all the edits."""
+    fixes = tmp_path / "fixes"
+    assert cli(edited, "record", "gen_fix", "--catalog", str(fixes)).returncode == 0
+    (fixes / "gen_fix.py").unlink()
+    gen = edited / GENERATOR
+    gen.write_text(gen.read_text().replace("VLLM_BLOCK_SIZE = 16", "VLLM_BLOCK_SIZE = 32"))
+    mine = gen.read_bytes()
+    res = cli(edited, "record", "gen_fix", "--catalog", str(fixes))
+    assert res.returncode == 0, show(res)
+    text = (fixes / "gen_fix.py").read_text()
+    assert "exc_info" in text and "capturing layers" in text and "new='32'" in text
+    kit.upgrade_speculators(edited, "0.3.0")
+    assert cli(edited, "apply", "--catalog", str(fixes)).returncode == 0
+    assert gen.read_bytes() == mine
+
+
 def test_record_refuses_an_existing_module(edited: Path, tmp_path: Path) -> None:
     fixes = tmp_path / "fixes"
     fixes.mkdir()
