@@ -24,17 +24,37 @@ def _parser() -> argparse.ArgumentParser:
     def cmd(name: str, help: str, doc: str | None = None) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=doc or help, epilog=EXIT_CODES_HELP, formatter_class=fmt)
 
+    from . import evaluate as eval_mod
     from . import extract as extract_mod
     from . import prepare as prepare_mod
+    from . import serve_check as serve_mod
     from . import run as run_mod
     from . import train as train_mod
     from . import vocab as vocab_mod
 
-    s = cmd("prepare", "chat rows -> token rows with an assistant-token loss mask", prepare_mod.__doc__)
-    s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer and chat template)")
-    s.add_argument("--data", required=True, type=Path, help="chat JSON lines {\"messages\": [...]}")
-    s.add_argument("--output", required=True, type=Path, help="token JSON lines (frequencies go to OUTPUT.freq.json)")
+    s = cmd("prepare", "chat or text rows -> token rows with a loss mask", prepare_mod.__doc__)
+    s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer, and its chat template by default)")
+    s.add_argument("--data", required=True, type=Path, action="append",
+                   help="JSON lines, Parquet or a datasets folder (repeat for several)")
+    s.add_argument("--output", required=True, type=Path, help="token JSON lines (side files go next to it)")
     s.add_argument("--seq-length", type=int, default=2048, help="truncate to this many tokens (default 2048)")
+    s.add_argument("--chat-template", metavar="FILE|NAME",
+                   help="a Jinja file or a built-in (llama-3, chatml, deepseek, kimi) instead of the tokenizer's")
+    s.add_argument("--format", choices=("auto", "messages", "sharegpt", "text"), default="auto",
+                   help="row format (default: detected per file)")
+    s.add_argument("--skip-bad", action="store_true", help="skip bad rows, listed in OUTPUT.skipped.jsonl")
+    g = s.add_argument_group("regenerate (vLLM)")
+    g.add_argument("--regenerate", action="store_true",
+                   help="replace assistant turns by the model's own responses first (resumable: OUTPUT.regenerated.jsonl)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--max-new-tokens", type=int, default=512)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--batch-size", type=int, default=256, help="rows per engine batch and side-file append (default 256)")
+    g.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="auto: float32 on CPU for a float32 model")
+    g.add_argument("--tensor-parallel-size", type=int, default=1)
+    g.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
 
     s = cmd("extract", "token rows -> hidden-state samples (speculators' format)", extract_mod.__doc__)
     s.add_argument("--model", required=True, type=Path)
@@ -57,8 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--site-packages", help="folder holding the patched speculators (default: found on sys.path)")
     s.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
 
-    s = cmd("vocab", "token frequencies -> draft vocabulary (d2t.npy, t2d.npy)", vocab_mod.__doc__)
+    s = cmd("vocab", "verifier predictions + token frequencies -> draft vocabulary (d2t.npy, t2d.npy)", vocab_mod.__doc__)
     s.add_argument("--freq", required=True, type=Path, help="TOKENS.freq.json from prepare (or speculators' token_freq.pt)")
+    s.add_argument("--data", type=Path, help="extract's output: rank tokens by the verifier's top-1 predictions first")
+    s.add_argument("--verifier", type=Path, help="with --data (default: the model data_config.json names)")
     s.add_argument("--target-vocab-size", type=int, help="default: the value recorded by prepare")
     s.add_argument("--draft-vocab-size", required=True, type=int)
     s.add_argument("--output", required=True, type=Path)
@@ -80,14 +102,36 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--noise-std", type=float, default=0.0)
     s.add_argument("--compile", action="store_true", help="keep speculators' torch.compile on")
     s.add_argument("--nproc", type=int, default=1, help="> 1: run under torchrun with this many processes")
+    s.add_argument("--val-fraction", type=float, default=0.1,
+                   help="samples held out for the end-of-training acceptance evaluation (default 0.1; 0 = none)")
+
+    s = cmd("eval", "offline acceptance per speculative position, from training's own forward", eval_mod.__doc__)
+    s.add_argument("--draft", required=True, type=Path, help="train's output folder (or the draft folder OUTPUT/0)")
+    s.add_argument("--data", type=Path, help="samples to score (default: the draft's held-out split)")
+    s.add_argument("--verifier", type=Path, help="default: the verifier the checkpoint names")
+    s.add_argument("-k", type=int, help="speculative tokens (default: the checkpoint's)")
+    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+
+    s = cmd("serve-check", "served acceptance: vLLM generates with the draft as its EAGLE-3 speculator", serve_mod.__doc__)
+    s.add_argument("--draft", required=True, type=Path, help="train's output folder (or the draft folder OUTPUT/0)")
+    s.add_argument("--verifier", type=Path, help="default: the verifier the checkpoint names")
+    s.add_argument("--prompts", type=Path, help="JSON list of prompts or token rows (default: the held-out turns)")
+    s.add_argument("-k", type=int, default=3, help="num_speculative_tokens (default 3)")
+    s.add_argument("--max-tokens", type=int, help=f"per prompt (default: for token rows, the turn's length - k + 1; "
+                                                  f"else {serve_mod.DEFAULT_MAX_TOKENS})")
+    s.add_argument("--dtype", choices=("auto", "bfloat16", "float32"),
+                   help="verifier dtype (default: the held-out samples' extraction dtype, else auto)")
+    s.add_argument("--no-reference", action="store_true", help="skip the run without the draft (output equality)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
 
     s = cmd("run", "every step from a TOML config, skipping finished ones", run_mod.__doc__)
     s.add_argument("config", nargs="?", type=Path)
     s.add_argument("--example-config", action="store_true", help="print a complete, commented example config")
-    s.add_argument("--tiny", action="store_true", help="build a tiny Llama and chat set offline and run on them")
+    s.add_argument("--tiny", action="store_true", help="build a learnable tiny Llama and chat prompts offline and run on them")
     s.add_argument("--workdir", type=Path, default=Path("runs/tiny"), help="with --tiny (default runs/tiny)")
     s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm", help="with --tiny: extract backend")
-    s.add_argument("--steps", type=int, default=30, help="with --tiny: training steps")
+    s.add_argument("--steps", type=int, default=150, help="with --tiny: training steps")
     s.add_argument("--force", action="store_true", help="redo every step")
     return p
 
@@ -97,15 +141,42 @@ def _setup_logging(verbose: bool, quiet: bool) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if not verbose:
         logging.getLogger("speculators.metrics").propagate = False  # per-step metrics go to loss.jsonl
+    try:  # speculators logs through loguru (file loading, ...): only its errors unless -v
+        from loguru import logger as loguru_logger
+    except ImportError:
+        return
+    loguru_logger.remove()
+    loguru_logger.add(sys.stderr, level="DEBUG" if verbose else "ERROR")
 
 
 def _cmd_prepare(a: argparse.Namespace) -> int:
     from .prepare import prepare
+    from .regenerate import RegenerateOptions
 
-    r = prepare(a.model, a.data, a.output, a.seq_length)
+    regen = RegenerateOptions(
+        temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed,
+        batch_size=a.batch_size, dtype=a.dtype, tensor_parallel_size=a.tensor_parallel_size,
+        gpu_memory_utilization=a.gpu_memory_utilization,
+    ) if a.regenerate else None
+    r = prepare(a.model, a.data, a.output, a.seq_length, chat_template=a.chat_template, format=a.format,
+                skip_bad=a.skip_bad, regenerate=regen)
+    for i in r.inputs:
+        print(f"{i.path}: {i.rows} rows ({i.format or 'no format found'}, {i.container}"
+              f"{f', {i.bad} bad' if i.bad else ''})")
+    if r.template:
+        t = r.template
+        as_text = f"; rendered as text: {' '.join(t.markers_as_text)}" if t.markers_as_text else ""
+        print(f"chat template: {t.source} {t.name} (sha256 {t.sha256[:12]}{as_text})")
+    if r.regenerate:
+        g = r.regenerate
+        print(f"regenerated: {g.regenerated} rows now, {g.reused} from {g.side_file}; {g.turns} turns, {g.tokens} tokens "
+              f"({g.truncated} hit --max-new-tokens, {g.retokenized_differs} re-encode differently, "
+              f"{g.dropped_turns} dropped for length)")
     print(f"{r.output}: {r.rows} rows, {r.tokens} tokens, {r.masked_tokens} in the loss "
           f"({r.truncated} truncated; mask by {r.mask_method})")
-    print(f"{r.freq}: token frequencies")
+    if r.skipped_report:
+        print(f"{r.skipped_report}: {r.skipped} bad rows skipped")
+    print(f"{r.freq}: token frequencies; {r.record}: what made them")
     return ExitCode.OK
 
 
@@ -131,9 +202,62 @@ def _cmd_extract(a: argparse.Namespace) -> int:
 def _cmd_vocab(a: argparse.Namespace) -> int:
     from .vocab import build_vocab
 
-    r = build_vocab(a.freq, a.target_vocab_size, a.draft_vocab_size, a.output)
+    r = build_vocab(a.freq, a.target_vocab_size, a.draft_vocab_size, a.output, data=a.data, verifier=a.verifier)
+    top1 = "" if r.verifier_top1_coverage is None else \
+        f", {100 * r.verifier_top1_coverage:.1f}% of the verifier's greedy predictions"
     print(f"{r.output}: d2t.npy, t2d.npy ({r.draft_vocab_size} of {r.target_vocab_size} tokens, "
-          f"{100 * r.coverage:.1f}% of assistant tokens covered; {r.implementation})")
+          f"{100 * r.coverage:.1f}% of assistant tokens covered{top1}; {r.implementation})")
+    return ExitCode.OK
+
+
+def _acceptance_table(columns: dict[str, dict]) -> str:
+    """Per-position acceptance of several sources side by side (each a dict with
+    ``acceptance_per_position``, ``mean_acceptance_length`` and ``drafts``)."""
+    names = list(columns)
+    k = max(len(c["acceptance_per_position"]) for c in columns.values())
+    lines = ["position  " + "  ".join(f"{n:>10}" for n in names)]
+    for j in range(k):
+        cells = [c["acceptance_per_position"][j] if j < len(c["acceptance_per_position"]) else float("nan")
+                 for c in columns.values()]
+        lines.append(f"{j + 1:>8}  " + "  ".join(f"{100 * v:>9.1f}%" for v in cells))
+    lines.append("mean len  " + "  ".join(f"{c['mean_acceptance_length']:>10.2f}" for c in columns.values()))
+    lines.append("drafts    " + "  ".join(f"{c['drafts']:>10}" for c in columns.values()))
+    return "\n".join(lines)
+
+
+def _cmd_eval(a: argparse.Namespace) -> int:
+    import json
+
+    from .evaluate import evaluate
+
+    r = evaluate(a.draft, a.data, a.verifier, a.k, a.device).to_dict()
+    if a.json:
+        print(json.dumps(r))
+        return ExitCode.OK
+    print(f"{r['draft']} on {r['samples']} samples (verifier {r['verifier']}, k={r['k']}; "
+          f"{100 * r['vocab_coverage']:.1f}% of the verifier's greedy tokens are in the draft vocabulary):")
+    print(_acceptance_table({"walk": r, "all starts": r["all_positions"]}))
+    return ExitCode.OK
+
+
+def _cmd_serve_check(a: argparse.Namespace) -> int:
+    import json
+
+    from .serve_check import check_draft
+
+    r = check_draft(a.draft, a.verifier, a.prompts, a.k, a.max_tokens, a.dtype, reference=not a.no_reference)
+    r.pop("outputs", None)
+    if a.json:
+        print(json.dumps(r))
+    else:
+        print(f"vLLM served {r['prompts']} prompts ({r['generated_tokens']} tokens) with the draft, k={a.k}: "
+              f"acceptance rate {100 * r['acceptance_rate']:.1f}%")
+        print(_acceptance_table({"served": r}))
+        if "outputs_equal_reference" in r:
+            print("outputs equal the verifier's without the draft" if r["outputs_equal_reference"] else
+                  f"OUTPUTS DIFFER from the verifier's without the draft: prompts {r['outputs_differing'][:20]}")
+    if r.get("outputs_equal_reference") is False:
+        return ExitCode.MISMATCH
     return ExitCode.OK
 
 
@@ -154,6 +278,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
         data=a.data, vocab=a.vocab, verifier=a.verifier, output=a.output, steps=a.steps, device=a.device, lr=a.lr,
         seed=a.seed, num_layers=a.num_layers, ttt_steps=a.ttt_steps, ttt_step_loss_decay=a.ttt_step_loss_decay,
         max_len=a.max_len, scheduler=a.scheduler, noise_std=a.noise_std, compile=a.compile,
+        val_fraction=a.val_fraction,
     )
     if a.nproc > 1 and "LOCAL_RANK" not in os.environ:
         from .launch import torchrun_train
@@ -170,7 +295,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    from .run import example_config, load_config, run_pipeline, tiny_config
+    from .run import acceptance_problem, example_config, load_config, run_pipeline, tiny_config
 
     if a.example_config:
         print(example_config(), end="")
@@ -189,10 +314,20 @@ def _cmd_run(a: argparse.Namespace) -> int:
     if r.skipped:
         print(f"skipped (already complete): {', '.join(r.skipped)}")
     _print_losses(r.checkpoint, r.losses)
+    if r.offline:
+        columns = {"offline": r.offline, **({"served": r.served} if r.served else {})}
+        print(f"acceptance on the {r.offline['samples']} held-out samples, k={r.offline['k']} "
+              f"(offline: eagle3 eval; served: vLLM's spec-decode counters, eagle3 serve-check):")
+        print(_acceptance_table(columns))
+    problem = acceptance_problem(cfg, r)
+    if problem:
+        print(f"eagle3 run: error: {problem}", file=sys.stderr)
+        return ExitCode.MISMATCH
     return ExitCode.OK
 
 
-COMMANDS = {"prepare": _cmd_prepare, "extract": _cmd_extract, "vocab": _cmd_vocab, "train": _cmd_train, "run": _cmd_run}
+COMMANDS = {"prepare": _cmd_prepare, "extract": _cmd_extract, "vocab": _cmd_vocab, "train": _cmd_train,
+            "eval": _cmd_eval, "serve-check": _cmd_serve_check, "run": _cmd_run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -53,3 +53,8 @@ def register() -> str:
 
     AttentionInterface.register(NAME, dense_mask_sdpa_forward)
     return NAME
+
+
+def attention_for(device: str) -> str:
+    """The attention implementation the draft trains and evaluates with on ``device``."""
+    return register() if device == "cpu" else "simple_flex_attention"

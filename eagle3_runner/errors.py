@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     PATCH_STATE = 4  # the speculators site's patch state does not verify
     BAD_SAMPLES = 5  # some samples failed validation and were not written (others were)
     ENVIRONMENT = 6  # a needed package / model / device is missing or unusable
+    MISMATCH = 7  # serving with the draft changed the verifier's greedy output, or acceptance disagrees
 
 
 EXIT_CODES_HELP = """exit codes:
@@ -24,6 +25,8 @@ EXIT_CODES_HELP = """exit codes:
   5  some samples failed validation (non-finite or inconsistent states) and were not
      written; all other samples were written
   6  environment: a package, model or device the step needs is missing or unusable
+  7  serve-check: vLLM's output with the draft differs from the verifier's without it (or
+     `run` with a [serve_check] tolerance: served acceptance disagrees with the offline one)
 """
 
 

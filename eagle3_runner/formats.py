@@ -8,6 +8,9 @@
 * ``OUT/data_config.json``: what produced the samples.
 * token frequencies (``prepare``'s side output, ``vocab``'s input): JSON
   ``{"counts": {"token_id": count}, "vocab_size": V, "counted": "assistant tokens"}``.
+* ``prepare``'s other side outputs next to ``TOKENS.jsonl``: ``TOKENS.prepare.json`` (what made
+  the file: inputs, template, options, counts), ``TOKENS.template.jinja`` (the chat template
+  used), ``TOKENS.skipped.jsonl`` (``--skip-bad``), ``TOKENS.regenerated.jsonl`` (``--regenerate``).
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ def sample_path(out: Path, index: int) -> Path:
     return Path(out) / f"data_{index}.pt"
 
 
+def tokens_sibling(tokens: Path, suffix: str) -> Path:
+    """``TOKENS{suffix}`` next to ``TOKENS.jsonl`` (e.g. ``.freq.json``, ``.prepare.json``)."""
+    tokens = Path(tokens)
+    return tokens.with_name(tokens.stem + suffix)
+
+
 def freq_path_for(tokens: Path) -> Path:
     """Where ``prepare`` writes the token frequencies next to ``TOKENS.jsonl``."""
-    tokens = Path(tokens)
-    return tokens.with_name(tokens.stem + ".freq.json")
+    return tokens_sibling(tokens, ".freq.json")
 
 
 @dataclass(frozen=True)
@@ -61,12 +69,13 @@ def _check_token_row(obj: Any, vocab_size: int | None) -> str | None:
     return None
 
 
-def read_checked_lines(path: Path, check: Callable[[Any], str | None], what: str,
-                       blank_ok: bool = False) -> list[tuple[int, Any]]:
-    """``(line number, object)`` for every JSON line of ``path`` that ``check`` accepts; all
-    problems (bad JSON, rejected rows) are reported at once with their line numbers (exit 3)."""
+def scan_checked_lines(path: Path, check: Callable[[Any], str | None],
+                       blank_ok: bool = False) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:
+    """``(line number, object)`` for every JSON line of ``path`` that ``check`` accepts, and
+    ``(line number, reason)`` for every other line (bad JSON, rejected rows); raises only when
+    the file cannot be read."""
     out: list[tuple[int, Any]] = []
-    problems: list[str] = []
+    problems: list[tuple[int, str]] = []
     try:
         fh = Path(path).open(encoding="utf-8")
     except OSError as exc:
@@ -75,20 +84,28 @@ def read_checked_lines(path: Path, check: Callable[[Any], str | None], what: str
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 if not blank_ok:
-                    problems.append(f"{path}:{lineno}: empty line")
+                    problems.append((lineno, "empty line"))
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                problems.append(f"{path}:{lineno}: not valid JSON ({exc.msg})")
+                problems.append((lineno, f"not valid JSON ({exc.msg})"))
                 continue
             why = check(obj)
             if why:
-                problems.append(f"{path}:{lineno}: {why}")
+                problems.append((lineno, why))
                 continue
             out.append((lineno, obj))
+    return out, problems
+
+
+def read_checked_lines(path: Path, check: Callable[[Any], str | None], what: str,
+                       blank_ok: bool = False) -> list[tuple[int, Any]]:
+    """``(line number, object)`` for every JSON line of ``path`` that ``check`` accepts; all
+    problems (bad JSON, rejected rows) are reported at once with their line numbers (exit 3)."""
+    out, problems = scan_checked_lines(path, check, blank_ok)
     if problems:
-        raise BadInput(_summarize(problems, f"malformed {what}"))
+        raise BadInput(_summarize([f"{path}:{n}: {why}" for n, why in problems], f"malformed {what}"))
     if not out:
         raise BadInput(f"{path} holds no {what}")
     return out

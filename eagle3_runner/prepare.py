@@ -1,41 +1,47 @@
-"""``eagle3 prepare``: chat rows -> token rows with a loss mask on assistant tokens.
+"""``eagle3 prepare``: chat or text rows -> token rows with a loss mask on what the draft learns.
 
-Input: JSON lines ``{"messages": [{"role": ..., "content": ...}, ...]}``.  Each row is
-rendered with the model tokenizer's chat template.
+Input (:mod:`eagle3_runner.readers`): JSON lines, Parquet or a ``datasets`` folder, in OpenAI
+``messages``, ShareGPT ``conversations`` or plain ``text`` rows, detected per file (``--format``
+forces one).  Chat rows are rendered with the chat template (:mod:`eagle3_runner.chat_templates`:
+the tokenizer's own, ``--chat-template FILE`` or a built-in name) and masked on the assistant turns
+(:mod:`eagle3_runner.chat_tokens`); text rows are in the loss on every token.
 
-Loss mask:
-
-* when the template marks assistant turns with ``{% generation %}...{% endgeneration %}``,
-  the mask is the tokenizer's own ``return_assistant_tokens_mask``;
-* otherwise (fallback) each assistant turn ``k`` is located by diffing token prefixes: the
-  conversation up to turn ``k`` rendered with the generation prompt, against the conversation
-  including turn ``k``; the tokens the latter adds (the reply and whatever the template closes
-  the turn with, e.g. an end-of-turn token) are masked in.  This needs a template whose
-  renderings of successive prefixes are token prefixes of each other, which holds for the
-  common templates; where it does not, the span starts at the longest common prefix.
+``--regenerate`` first replaces the assistant turns by the verifier's own responses
+(:mod:`eagle3_runner.regenerate`, side file ``TOKENS.regenerated.jsonl``); such a row is written
+as the exact prompt the verifier saw for its last turn, then the ids it generated.
 
 Rows are truncated to ``--seq-length`` tokens.  Output rows are ``{"input_ids", "loss_mask"}``;
-token frequencies of the masked-in tokens go to ``TOKENS.freq.json`` for ``eagle3 vocab``.
-Malformed rows stop the step (exit 3) with every offending line number; nothing is written.
+next to ``TOKENS.jsonl``: ``TOKENS.freq.json`` (frequencies of the masked-in tokens, for
+``eagle3 vocab``), ``TOKENS.template.jinja`` (the chat template used) and ``TOKENS.prepare.json``
+(inputs, template name/source/sha256, options, counts).  Bad rows (bad JSON, unknown roles,
+empty turns, a conversation that does not end with an assistant turn, a template that refuses
+it) stop the step (exit 3) with every offending line and reason, and nothing is written;
+``--skip-bad`` skips them and lists them in ``TOKENS.skipped.jsonl`` (``{"file", "line", "reason"}``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
+import os
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_open
-from .errors import BadInput, EnvironmentProblem
-from .formats import freq_path_for, read_checked_lines, write_freq
+from .atomic import atomic_open, write_json, write_text
+from .chat_templates import TemplateInfo, load_tokenizer, no_template_error
+from .chat_tokens import RowTokenizer, mask_by_prefix_diff, mask_with_generation_tags  # noqa: F401 - re-exported
+from .errors import BadInput
+from .extract import _load_model_config, _versions
+from .formats import freq_path_for, tokens_sibling, write_freq
+from .readers import BadRow, InputInfo, SourceRow, bad_rows_error, read_rows
+from .regenerate import RegenerateOptions, RegenerateResult, regenerate as regenerate_rows
 
 logger = logging.getLogger(__name__)
 
-GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+RECORD, TEMPLATE, SKIPPED, REGENERATED = ".prepare.json", ".template.jinja", ".skipped.jsonl", ".regenerated.jsonl"
 
 
 @dataclass(frozen=True)
@@ -46,112 +52,142 @@ class PrepareResult:
     tokens: int
     masked_tokens: int
     truncated: int
-    mask_method: str  # "generation-tags" or "prefix-diff"
+    mask_method: str  # "generation-tags", "prefix-diff" or "text" (text rows only)
+    skipped: int = 0
+    skipped_report: Path | None = None
+    record: Path | None = None
+    template: TemplateInfo | None = None
+    inputs: tuple[InputInfo, ...] = ()
+    regenerate: RegenerateResult | None = None
 
 
-def read_chat_rows(path: Path) -> list[list[dict[str, str]]]:
-    """Read and check every chat row; all problems are reported at once with line numbers."""
-    rows = read_checked_lines(path, _check_chat_row, "chat rows", blank_ok=True)  # blank lines allowed
-    return [[{"role": m["role"], "content": m["content"]} for m in obj["messages"]] for _, obj in rows]
+def request(model: Path, data: Path | Sequence[Path], seq_length: int, chat_template: str | None, format: str,
+            skip_bad: bool, regenerate: RegenerateOptions | None) -> dict[str, Any]:
+    """What a prepare run is asked to do (recorded; ``eagle3 run`` redoes prepare when it changes)."""
+    paths = [data] if isinstance(data, (str, Path)) else list(data)
+    inputs = []
+    for p in paths:
+        st = Path(p).stat() if Path(p).exists() else None
+        inputs.append({"path": str(Path(p).absolute()), "size": st.st_size if st else None,
+                       "mtime_ns": st.st_mtime_ns if st else None})
+    return {"model": str(Path(model).absolute()), "data": inputs, "seq_length": seq_length,
+            "chat_template": chat_template, "format": format, "skip_bad": skip_bad,
+            "regenerate": asdict(regenerate) if regenerate else None}
 
 
-def _check_chat_row(obj: Any) -> str | None:
-    if not isinstance(obj, dict) or "messages" not in obj:
-        return "expected an object with a 'messages' list"
-    msgs = obj["messages"]
-    if not isinstance(msgs, list) or not msgs:
-        return "'messages' must be a non-empty list"
-    for k, m in enumerate(msgs):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            return f"message {k} must be an object with string 'role' and 'content'"
-    return None
+def prepare_is_complete(output: Path, wanted: dict[str, Any]) -> bool:
+    """The token file, its frequencies and its record exist, and the record asked for ``wanted``."""
+    rec = tokens_sibling(output, RECORD)
+    if not (Path(output).is_file() and freq_path_for(output).is_file() and rec.is_file()):
+        return False
+    try:
+        return json.loads(rec.read_text(encoding="utf-8")).get("request") == json.loads(json.dumps(wanted))
+    except (OSError, ValueError):
+        return False
 
 
-def has_generation_tags(tokenizer: Any) -> bool:
-    template = tokenizer.chat_template
-    if isinstance(template, dict):  # several named templates: the default one is used
-        template = template.get("default", "")
-    return bool(template) and bool(GENERATION_TAG.search(template))
-
-
-def _render(tokenizer: Any, messages: list[dict[str, str]], **kw: Any) -> list[int]:
-    out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kw)
-    return list(out["input_ids"])
-
-
-def mask_with_generation_tags(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
-    out = tokenizer.apply_chat_template(
-        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-    )
-    return list(out["input_ids"]), [int(bool(m)) for m in out["assistant_masks"]]
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def mask_by_prefix_diff(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
-    full = _render(tokenizer, messages)
-    mask = [0] * len(full)
-    for k, m in enumerate(messages):
-        if m["role"] != "assistant":
-            continue
-        prompt = _render(tokenizer, messages[:k], add_generation_prompt=True) if k else []
-        upto = _render(tokenizer, messages[: k + 1])
-        start = _lcp(prompt, upto)
-        end = _lcp(upto, full)  # the turn's tokens as they appear in the full rendering
-        for pos in range(start, end):
-            mask[pos] = 1
-    return full, mask
-
-
-def prepare(model: Path, data: Path, output: Path, seq_length: int = 2048) -> PrepareResult:
+def prepare(model: Path, data: Path | Sequence[Path], output: Path, seq_length: int = 2048, *,
+            chat_template: str | None = None, format: str = "auto", skip_bad: bool = False,
+            regenerate: RegenerateOptions | None = None) -> PrepareResult:
     if seq_length < 2:
         raise BadInput(f"--seq-length must be at least 2, got {seq_length}")
-    convs = read_chat_rows(data)
-    try:
-        from transformers import AutoConfig, AutoTokenizer
+    asked = request(model, data, seq_length, chat_template, format, skip_bad, regenerate)
+    read = read_rows(data, format)
+    bad: list[BadRow] = list(read.bad)
+    if bad and not skip_bad:
+        raise bad_rows_error(bad)
+    if not read.rows:
+        raise BadInput(f"{', '.join(i.path for i in read.inputs)} holds no usable rows ({len(bad)} bad)")
+    has_chat = any(r.is_chat for r in read.rows)
+    tokenizer, info = load_tokenizer(model, chat_template)
+    if has_chat and info is None:
+        raise no_template_error(model)
+    vocab_size = int(getattr(_load_model_config(model), "vocab_size", None) or len(tokenizer))
+    rt = RowTokenizer(tokenizer)
+    output = Path(output)
 
-        tokenizer = AutoTokenizer.from_pretrained(str(model))
-        vocab_size = int(getattr(AutoConfig.from_pretrained(str(model)), "vocab_size", None) or len(tokenizer))
-    except (OSError, ValueError) as exc:
-        raise EnvironmentProblem(f"cannot load the tokenizer/config of {model}: {exc}") from None
-    if not tokenizer.chat_template:
-        raise EnvironmentProblem(f"the tokenizer of {model} has no chat template")
-    tagged = has_generation_tags(tokenizer)
-    method = "generation-tags" if tagged else "prefix-diff"
-    to_tokens = mask_with_generation_tags if tagged else mask_by_prefix_diff
-    logger.info("tokenizing %d conversations (assistant mask by %s)", len(convs), method)
+    regen = None
+    items: list[tuple[SourceRow, list[int] | None, str | None]] = [(r, None, None) for r in read.rows]
+    if regenerate and has_chat:
+        opts = replace(regenerate, max_prompt_tokens=regenerate.max_prompt_tokens or seq_length)
+        regen = regenerate_rows(model, read.rows, tokens_sibling(output, REGENERATED), opts, tokenizer)
+        items = [(r.row, r.reply, r.error) for r in regen.rows if r.row.messages is not None or not r.row.is_chat]
+        if regen.dropped_rows:
+            logger.warning("%d rows dropped: their first prompt alone fills --seq-length %d", regen.dropped_rows, seq_length)
+    method = rt.method if has_chat else "text"
+    logger.info("tokenizing %d rows (assistant mask by %s)", len(items), method)
 
     freq: Counter[int] = Counter()
-    n_tokens = n_masked = n_truncated = n_unmasked_rows = 0
-    output = Path(output)
+    n_rows = n_tokens = n_masked = n_truncated = n_unmasked = 0
     with atomic_open(output, "w", encoding="utf-8") as fh:
-        for messages in _progress(convs):
-            ids, mask = to_tokens(tokenizer, messages)
+        for row, reply, error in _progress(items):
+            try:
+                if error:
+                    raise ValueError(error)
+                ids, mask = _tokens(rt, row, reply)
+            except ValueError as exc:
+                bad.append(BadRow(row.source, row.line, str(exc)))
+                continue
             if len(ids) > seq_length:
                 ids, mask = ids[:seq_length], mask[:seq_length]
                 n_truncated += 1
             masked = [t for t, m in zip(ids, mask) if m]
-            if not masked:
-                n_unmasked_rows += 1
+            n_unmasked += not masked
             freq.update(masked)
-            n_tokens += len(ids)
-            n_masked += len(masked)
+            n_rows, n_tokens, n_masked = n_rows + 1, n_tokens + len(ids), n_masked + len(masked)
             fh.write(json.dumps({"input_ids": ids, "loss_mask": mask}) + "\n")
+        if bad and not skip_bad:
+            raise bad_rows_error(bad)  # inside atomic_open: nothing is written
+        if not n_rows:
+            raise BadInput(f"no usable rows in {', '.join(i.path for i in read.inputs)} ({len(bad)} bad)")
+
     freq_file = freq_path_for(output)
     write_freq(freq_file, dict(freq), vocab_size)
-    if n_unmasked_rows:
-        logger.warning("%d rows have no assistant token (after truncation); they add no loss", n_unmasked_rows)
-    return PrepareResult(output, freq_file, len(convs), n_tokens, n_masked, n_truncated, method)
+    template_file = _side_output(output, TEMPLATE, info.text if info else None)
+    report = _side_output(output, SKIPPED, "".join(json.dumps(b.record()) + "\n" for b in bad) if skip_bad else None)
+    if n_unmasked:
+        logger.warning("%d rows have no token in the loss (after truncation); they add no loss", n_unmasked)
+    if bad:
+        logger.warning("%d bad rows skipped, listed in %s", len(bad), report)
+    counts = {"rows": n_rows, "tokens": n_tokens, "masked_tokens": n_masked, "truncated": n_truncated,
+              "skipped": len(bad), "no_loss_rows": n_unmasked}
+    record = tokens_sibling(output, RECORD)
+    write_json(record, {
+        "request": asked,
+        "inputs": [asdict(i) for i in read.inputs],
+        "chat_template": {**info.record(), "file": str(template_file)} if info else None,
+        "mask_method": method,
+        "skipped_report": str(report) if report else None,
+        "regenerate": regen.record() if regen else None,
+        "counts": counts,
+        "vocab_size": vocab_size,
+        "versions": _versions(),
+    })
+    return PrepareResult(output, freq_file, n_rows, n_tokens, n_masked, n_truncated, method, len(bad), report,
+                         record, info, tuple(read.inputs), regen)
+
+
+def _tokens(rt: RowTokenizer, row: SourceRow, reply: list[int] | None) -> tuple[list[int], list[int]]:
+    if not row.is_chat:
+        return rt.text(row.text or "")
+    assert row.messages is not None
+    if reply is not None:  # regenerated: the verifier's prompt, then its ids verbatim
+        return rt.prompt_and_reply(row.messages[:-1], row.tools, reply)
+    return rt.conversation(row.messages, row.tools)
+
+
+def _side_output(output: Path, suffix: str, text: str | None) -> Path | None:
+    """Write ``TOKENS{suffix}``, or remove a stale one from an earlier run when there is nothing to write."""
+    path = tokens_sibling(output, suffix)
+    if text is None:
+        if path.exists():
+            os.unlink(path)
+        return None
+    write_text(path, text)
+    return path
 
 
 def _progress(items: list) -> Any:
     from .progress import bar
 
-    return bar(None, "prepare", "row", iterable=items, leave=False)
+    return bar(len(items), "prepare", "row", iterable=items, leave=False)

@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput
+from .errors import BadInput, UsageError
+from .evaluate import EVAL_FILE
 from .extract import ExtractOptions, ExtractResult, extract, parse_shard
 from .formats import freq_path_for
-from .prepare import prepare
+from .prepare import PrepareResult, prepare, prepare_is_complete
+from .prepare import request as prepare_request
+from .regenerate import RegenerateOptions
 from .train import TrainOptions, TrainResult, checkpoint_is_complete, read_losses, train
 from .vocab import build_vocab, vocab_is_complete
 
@@ -38,8 +41,19 @@ workdir = "runs/llama-8b"
 model = "/models/Meta-Llama-3.1-8B-Instruct"
 
 [prepare]
-data = "data/chat.jsonl"          # JSON lines {"messages": [{"role": ..., "content": ...}, ...]}
-seq_length = 2048                 # truncate conversations to this many tokens
+data = "data/chat.jsonl"          # or a list; JSON lines, Parquet or a datasets folder (save_to_disk) of
+                                  # {"messages": [...]}, ShareGPT {"conversations": [...]} or {"text": ...} rows
+seq_length = 2048                 # truncate rows to this many tokens
+# chat_template = "chatml"        # a .jinja file or llama-3 | chatml | deepseek | kimi (default: the tokenizer's)
+# format = "auto"                 # "auto" (detected per file) | "messages" | "sharegpt" | "text"
+# skip_bad = false                # true: skip bad rows, listed in WORKDIR/tokens.skipped.jsonl
+regenerate = true                 # assistant turns replaced by the model's own responses (vLLM;
+                                  # engine settings from [extract]; resumable: WORKDIR/tokens.regenerated.jsonl)
+# temperature = 0.0               # regenerate: 0 = greedy
+# top_p = 1.0
+# max_new_tokens = 512
+# seed = 0
+# regenerate_batch_size = 256     # rows per engine batch and side-file append
 
 [extract]
 backend = "vllm"                  # "vllm" (speculators' generator, patched), "vllm-fast" (worker writes files) or "hf"
@@ -55,6 +69,7 @@ tensor_parallel_size = 1
 [vocab]
 draft_vocab_size = 32000
 # target_vocab_size = 128256      # default: the model's vocab_size (recorded by prepare)
+# from_verifier = true            # rank tokens by the verifier's top-1 predictions first (default)
 
 [train]
 steps = 1000
@@ -64,20 +79,28 @@ seed = 0
 num_layers = 1                    # draft decoder layers
 max_len = 2048                    # tokens per packed batch
 nproc = 1                         # > 1: runs under torchrun (FSDP; gloo on CPU, nccl on CUDA)
+# val_fraction = 0.1              # held out for the offline acceptance evaluation (eval.json)
+
+[serve_check]                     # vLLM serves the draft on the held-out turns (serve_check.json)
+enabled = true
+# tolerance = 0.05                # fail (exit 7) when served and offline acceptance differ by more
 '''
 
-STEPS = ("prepare", "extract", "vocab", "train")
+STEPS = ("prepare", "extract", "vocab", "train", "serve_check")
+SERVE_CHECK_FILE = "serve_check.json"
 
 
 @dataclass
 class PipelineConfig:
     workdir: Path
     model: Path
-    data: Path
+    data: Path | list[Path]
     seq_length: int = 2048
     extract: dict[str, Any] = field(default_factory=dict)
     vocab: dict[str, Any] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
+    serve_check: dict[str, Any] = field(default_factory=dict)
+    prepare: dict[str, Any] = field(default_factory=dict)  # [prepare] beyond data and seq_length
 
     @property
     def tokens(self) -> Path:
@@ -99,10 +122,13 @@ class PipelineConfig:
 @dataclass
 class PipelineResult:
     skipped: list[str] = field(default_factory=list)
+    prepare: PrepareResult | None = None
     extract: ExtractResult | None = None
     train: TrainResult | None = None
     checkpoint: Path | None = None
     losses: list[float] = field(default_factory=list)
+    offline: dict[str, Any] | None = None  # eval.json: the acceptance predicted from training's forward
+    served: dict[str, Any] | None = None  # serve_check.json: the acceptance vLLM reported
 
 
 def _toml_load(path: Path) -> dict[str, Any]:
@@ -120,13 +146,15 @@ def _toml_load(path: Path) -> dict[str, Any]:
 
 
 _KNOWN = {
-    "": {"workdir", "model", "prepare", "extract", "vocab", "train"},
-    "prepare": {"data", "seq_length"},
+    "": {"workdir", "model", "prepare", "extract", "vocab", "train", "serve_check"},
+    "prepare": {"data", "seq_length", "chat_template", "format", "skip_bad", "regenerate", "temperature", "top_p",
+                "max_new_tokens", "seed", "regenerate_batch_size"},
     "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
                 "site_packages", "gpu_memory_utilization", "sync"},
-    "vocab": {"draft_vocab_size", "target_vocab_size"},
+    "vocab": {"draft_vocab_size", "target_vocab_size", "from_verifier"},
     "train": {"steps", "device", "lr", "seed", "num_layers", "max_len", "nproc", "ttt_steps", "scheduler",
-              "noise_std"},
+              "noise_std", "val_fraction"},
+    "serve_check": {"enabled", "tolerance", "dtype"},
 }
 
 
@@ -148,27 +176,66 @@ def load_config(path: Path) -> PipelineConfig:
         raise BadInput(f"{path}: [prepare] data is required")
     if "draft_vocab_size" not in raw.get("vocab", {}):
         raise BadInput(f"{path}: [vocab] draft_vocab_size is required")
+    data = prep["data"]
+    if not (isinstance(data, str) or (isinstance(data, list) and data and all(isinstance(d, str) for d in data))):
+        raise BadInput(f"{path}: [prepare] data must be a path or a non-empty list of paths")
     return PipelineConfig(
         workdir=base / raw["workdir"],
         model=base / raw["model"],
-        data=base / prep["data"],
+        data=base / data if isinstance(data, str) else [base / d for d in data],
         seq_length=int(prep.get("seq_length", 2048)),
+        prepare=_prepare_keys(prep, base),
         extract=dict(raw.get("extract", {})),
         vocab=dict(raw.get("vocab", {})),
         train=dict(raw.get("train", {})),
+        serve_check=dict(raw.get("serve_check", {})),
     )
+
+
+_PREPARE_TYPES: dict[str, tuple[type, ...]] = {
+    "chat_template": (str,), "format": (str,), "skip_bad": (bool,), "regenerate": (bool,),
+    "temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,), "seed": (int,),
+    "regenerate_batch_size": (int,),
+}
+
+
+def _prepare_keys(prep: dict[str, Any], base: Path) -> dict[str, Any]:
+    out = {k: v for k, v in prep.items() if k in _PREPARE_TYPES}
+    for key, value in out.items():
+        types = _PREPARE_TYPES[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise UsageError(f"[prepare] {key} = {value!r}: expected {' or '.join(t.__name__ for t in types)}")
+    template = out.get("chat_template")
+    if template and (base / template).is_file():  # a file relative to the config; else a built-in name
+        out["chat_template"] = str(base / template)
+    return out
+
+
+def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None:
+    p, ex = cfg.prepare, cfg.extract
+    regen = RegenerateOptions(
+        temperature=float(p.get("temperature", 0.0)), top_p=float(p.get("top_p", 1.0)),
+        max_new_tokens=int(p.get("max_new_tokens", 512)), seed=int(p.get("seed", 0)),
+        batch_size=int(p.get("regenerate_batch_size", 256)), dtype=ex.get("dtype", "auto"),
+        tensor_parallel_size=int(ex.get("tensor_parallel_size", 1)),
+        gpu_memory_utilization=ex.get("gpu_memory_utilization"),
+    ) if p.get("regenerate", True) else None
+    kw: dict[str, Any] = dict(chat_template=p.get("chat_template"), format=p.get("format", "auto"),
+                              skip_bad=bool(p.get("skip_bad", False)), regenerate=regen)
+    wanted = prepare_request(cfg.model, cfg.data, cfg.seq_length, **kw)
+    if not force and prepare_is_complete(cfg.tokens, wanted):
+        res.skipped.append("prepare")
+        logger.info("prepare: %s is complete for this config, skipped", cfg.tokens)
+        return
+    r = res.prepare = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length, **kw)
+    logger.info("prepare: %d rows, %d tokens (%d in the loss, %d bad rows skipped)", r.rows, r.tokens,
+                r.masked_tokens, r.skipped)
 
 
 def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
     res = PipelineResult()
     cfg.workdir.mkdir(parents=True, exist_ok=True)
-
-    if not force and cfg.tokens.is_file() and freq_path_for(cfg.tokens).is_file():
-        res.skipped.append("prepare")
-        logger.info("prepare: %s exists, skipped", cfg.tokens)
-    else:
-        r = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length)
-        logger.info("prepare: %d rows, %d tokens (%d in the loss)", r.rows, r.tokens, r.masked_tokens)
+    _prepare_step(cfg, force, res)
 
     ex = cfg.extract
     layers = ex.get("layers")
@@ -193,7 +260,8 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
         res.skipped.append("vocab")
         logger.info("vocab: %s is complete, skipped", cfg.vocab_dir)
     else:
-        build_vocab(freq_path_for(cfg.tokens), voc.get("target_vocab_size"), int(voc["draft_vocab_size"]), cfg.vocab_dir)
+        build_vocab(freq_path_for(cfg.tokens), voc.get("target_vocab_size"), int(voc["draft_vocab_size"]), cfg.vocab_dir,
+                    data=cfg.hidden_states if voc.get("from_verifier", True) else None)
 
     tr = cfg.train
     steps = int(tr.get("steps", 100))
@@ -206,7 +274,7 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
             device=tr.get("device", "cpu"), lr=float(tr.get("lr", 1e-4)), seed=int(tr.get("seed", 0)),
             num_layers=int(tr.get("num_layers", 1)), max_len=int(tr.get("max_len", 2048)),
             ttt_steps=int(tr.get("ttt_steps", 3)), scheduler=tr.get("scheduler", "linear"),
-            noise_std=float(tr.get("noise_std", 0.0)),
+            noise_std=float(tr.get("noise_std", 0.0)), val_fraction=float(tr.get("val_fraction", 0.1)),
         )
         nproc = int(tr.get("nproc", 1))
         if nproc > 1:
@@ -217,26 +285,76 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
             res.train = train(opts)
     res.checkpoint = cfg.checkpoint / "0"
     res.losses = read_losses(cfg.checkpoint)
+    res.offline = _read_json(cfg.checkpoint / EVAL_FILE)
+    if res.offline is not None and cfg.serve_check.get("enabled", True):
+        res.served = _serve_step(cfg, res, force, k=int(tr.get("ttt_steps", 3)))
     return res
 
 
-def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 30, rows: int = 48) -> PipelineConfig:
-    """Build the tiny Llama and chat set in ``workdir`` (offline) and return their pipeline config."""
+def acceptance_problem(cfg: PipelineConfig, res: PipelineResult) -> str | None:
+    """What is wrong with the served result, if anything: outputs that changed with the draft, or
+    (with a ``[serve_check] tolerance``) served acceptance far from the offline prediction."""
+    if not res.served:
+        return None
+    if not res.served.get("outputs_equal_reference", True):
+        return (f"vLLM's output with the draft differs from the verifier's alone (prompts "
+                f"{res.served['outputs_differing'][:20]}): speculative decoding was not lossless")
+    tolerance = cfg.serve_check.get("tolerance")
+    gap = max(abs(a - b) for a, b in zip(res.served["acceptance_per_position"], res.offline["acceptance_per_position"]))
+    if tolerance is not None and gap > float(tolerance):
+        return (f"served acceptance per position differs from the offline prediction by {gap:.3f} "
+                f"(> tolerance {tolerance})")
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -> dict[str, Any]:
+    """vLLM serves the held-out turns with the draft; skipped when done for this checkpoint."""
+    from .atomic import write_json
+    from .serve_check import check_draft
+
+    out = cfg.workdir / SERVE_CHECK_FILE
+    done = _read_json(out)
+    trained = (cfg.checkpoint / "0" / "model.safetensors").stat().st_mtime
+    if not force and done and done.get("checkpoint_mtime") == trained:
+        res.skipped.append("serve_check")
+        logger.info("serve_check: %s is up to date, skipped", out)
+    else:
+        done = check_draft(cfg.checkpoint, k=k, dtype=cfg.serve_check.get("dtype"))
+        done.pop("outputs", None)
+        done["checkpoint_mtime"] = trained
+        write_json(out, done)
+    return done
+
+
+def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 150, rows: int = 320) -> PipelineConfig:
+    """The learnable tiny verifier (:mod:`eagle3_runner.tiny_verifier`) and ``rows`` chat prompts,
+    built in ``workdir`` offline; its own answers are regenerated through vLLM, and the run ends with
+    the served check, which must agree with the offline prediction within 5 points."""
     from .atomic import write_text
-    from .tiny import build_tiny_llama, tiny_chat_dataset
+    from .tiny import tiny_chat_dataset
+    from .tiny_verifier import build_learnable_llama, is_built
 
     workdir = Path(workdir).absolute()
     model = workdir / "model"
-    if not (model / "model.safetensors").is_file():
-        build_tiny_llama(model)
+    if not is_built(model):
+        build_learnable_llama(model)
     data = workdir / "chat.jsonl"
     if not data.is_file():
         write_text(data, "".join(json.dumps(r) + "\n" for r in tiny_chat_dataset(rows, seed=0)))
     return PipelineConfig(
-        workdir=workdir, model=model, data=data, seq_length=256,
+        workdir=workdir, model=model, data=data, seq_length=512,
+        prepare={"regenerate": True, "max_new_tokens": 160},
         extract={"backend": backend, "batch_size": 16, "dtype": "float32"},
         vocab={"draft_vocab_size": 256},
-        train={"steps": steps, "device": "cpu", "lr": 3e-3, "max_len": 512, "seed": 0},
+        train={"steps": steps, "device": "cpu", "lr": 3e-3, "max_len": 1024, "seed": 0},
+        serve_check={"tolerance": 0.05},
     )
 
 

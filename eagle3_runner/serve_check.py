@@ -1,16 +1,19 @@
-"""Serve a trained EAGLE-3 draft with vLLM (``speculative_config`` method ``eagle3``) and measure
-its acceptance rate against the verifier.
+"""``eagle3 serve-check``: vLLM serves the trained draft as the verifier's EAGLE-3 speculator, and its
+own spec-decode counters say how often the draft is accepted.
 
 vLLM reads the speculators-format checkpoint directly (``speculators_model_type: eagle3``,
-``d2t``/``t2d`` in the weights, the aux layer ids from ``eagle_aux_hidden_state_layer_ids``).
-Note: vLLM collects the aux hidden states by *set* of layer ids, so a draft whose aux layer ids
-repeat (e.g. ``2,3,3``, the default for a 6-layer verifier) fails in vLLM with a shape error in
-``combine_hidden_states``; train drafts with distinct aux layer ids (``extract --layers``).
+``d2t``/``t2d`` in the weights, the aux layer ids from ``eagle_aux_hidden_state_layer_ids``) and
+generates greedily.  Reported: ``acceptance_per_position`` (position ``k`` counts only when
+``1..k`` were all accepted: vLLM's accepted-per-position counter divided by its number of
+drafts), ``mean_acceptance_length`` (1 + accepted tokens per draft), the acceptance rate
+(accepted / drafted tokens), and whether the outputs equal the verifier's own greedy outputs
+without the draft (speculative decoding must be lossless), which a second engine produces.
 
-``acceptance_rate`` runs vLLM in a child process (one engine per call, torn down with it), so it
-can be called from tests and from code that already imported torch/vLLM::
-
-    python -m eagle3_runner.serve_check VERIFIER DRAFT --prompts prompts.json --max-tokens 32
+Prompts: by default, every generated turn of the draft's held-out samples (the prompt is the
+sample up to the turn, ``max_tokens`` the turn's length), i.e. exactly the positions
+``eagle3 eval`` scores offline.  ``--prompts FILE`` takes a JSON list (strings or token-id
+lists) or token rows (JSON lines with ``input_ids``/``loss_mask``, one prompt per masked turn).
+Each engine runs in a child process, torn down with it.
 """
 
 from __future__ import annotations
@@ -22,100 +25,211 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import BadInput, EnvironmentProblem, UsageError
+
 Prompt = str | Sequence[int]
+DEFAULT_MAX_TOKENS = 64
 
 
-def _metric_value(metrics: Any, name: str) -> float:
-    total = 0.0
-    for m in metrics:
-        if m.name == name and hasattr(m, "value"):
-            total += float(m.value)
-    return total
+@dataclass(frozen=True)
+class ServeRequest:
+    verifier: str
+    draft: str | None  # None: the verifier alone (the reference outputs)
+    prompts: list[Prompt]
+    max_tokens: list[int]
+    k: int
+    max_model_len: int
+    dtype: str
 
 
-def _run_in_process(verifier: str, draft: str, prompts: list[Prompt], max_tokens: int,
-                    num_speculative_tokens: int, max_model_len: int) -> dict[str, Any]:
+def turns_of(input_ids: Sequence[int], loss_mask: Sequence[int]) -> list[tuple[list[int], int]]:
+    """(prompt, length) for every maximal run of loss-masked tokens (a generated turn)."""
+    out, i, n = [], 0, len(input_ids)
+    while i < n:
+        if loss_mask[i]:
+            j = i
+            while j < n and loss_mask[j]:
+                j += 1
+            if i > 0:
+                out.append((list(input_ids[:i]), j - i))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+def turn_prompts(rows: Sequence[tuple[Sequence[int], Sequence[int]]], k: int) -> tuple[list[Prompt], list[int]]:
+    """One prompt per generated turn of ``(input_ids, loss_mask)`` rows, served with ``max_tokens =
+    len(turn) - k + 1``: every token vLLM then drafts lies inside the turn (it scores drafts past
+    ``max_tokens`` too), so the served counters cover what ``eagle3 eval`` scores offline."""
+    prompts: list[Prompt] = []
+    lengths: list[int] = []
+    for ids, mask in rows:
+        for p, n in turns_of(ids, mask):
+            if n - k + 1 >= 2:  # one token from the prefill, then at least one draft
+                prompts.append(p)
+                lengths.append(n - k + 1)
+    return prompts, lengths
+
+
+def prompts_from_samples(files: Sequence[Path], k: int) -> tuple[list[Prompt], list[int]]:
+    from .formats import load_sample
+
+    rows = []
+    for f in files:
+        s = load_sample(Path(f))
+        rows.append((s["input_ids"].tolist(), s["loss_mask"].tolist()))
+    return turn_prompts(rows, k)
+
+
+def prompts_from_file(path: Path, k: int) -> tuple[list[Prompt], list[int] | None]:
+    """A JSON list of prompts, or token rows (one prompt per masked turn, as :func:`turn_prompts`)."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, list):
+        if not all(isinstance(p, str) or (isinstance(p, list) and all(isinstance(t, int) for t in p)) for p in data):
+            raise BadInput(f"{path}: a JSON prompt list holds strings or lists of token ids")
+        return data, None
+    from .formats import read_token_rows
+
+    return turn_prompts([(r.input_ids, r.loss_mask) for r in read_token_rows(Path(path))], k)
+
+
+def _metric(metrics: Any, name: str) -> float:
+    return sum(float(m.value) for m in metrics if m.name == name and hasattr(m, "value"))
+
+
+def _serve(req: ServeRequest) -> dict[str, Any]:
+    """One engine in this process: greedy generation of every prompt, with the counters."""
     import time
 
     from vllm import LLM, SamplingParams
 
+    from .extract import _default_memory_share
+
     t0 = time.monotonic()
-    llm = LLM(
-        model=verifier,
-        speculative_config={"method": "eagle3", "model": draft, "num_speculative_tokens": num_speculative_tokens},
-        dtype="float32", enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=max_model_len,
-        max_num_seqs=max(1, len(prompts)), disable_log_stats=False, seed=0,
-    )
+    spec = {"method": "eagle3", "model": req.draft, "num_speculative_tokens": req.k} if req.draft else None
+    llm = LLM(model=req.verifier, speculative_config=spec, dtype=req.dtype, enforce_eager=True,
+              gpu_memory_utilization=_default_memory_share(), max_model_len=req.max_model_len,
+              max_num_seqs=max(1, min(len(req.prompts), 256)), disable_log_stats=False, seed=0)
     t1 = time.monotonic()
-    inputs = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in prompts]
-    outs = llm.generate(inputs, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True),
-                        use_tqdm=False)
+    inputs = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in req.prompts]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in req.max_tokens]
+    outs = llm.generate(inputs, params, use_tqdm=False)
     t2 = time.monotonic()
     metrics = llm.get_metrics()
-    drafted = _metric_value(metrics, "vllm:spec_decode_num_draft_tokens")
-    accepted = _metric_value(metrics, "vllm:spec_decode_num_accepted_tokens")
-    drafts = _metric_value(metrics, "vllm:spec_decode_num_drafts")
     per_pos = [float(x) for m in metrics if m.name == "vllm:spec_decode_num_accepted_tokens_per_pos"
                for x in (getattr(m, "values", None) or [])]
     return {
-        "acceptance_rate": accepted / drafted if drafted else 0.0,
-        "accepted_tokens": int(accepted), "draft_tokens": int(drafted), "drafts": int(drafts),
-        "mean_acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
-        "accepted_per_position": per_pos,
-        "num_speculative_tokens": num_speculative_tokens,
+        "drafts": int(_metric(metrics, "vllm:spec_decode_num_drafts")),
+        "draft_tokens": int(_metric(metrics, "vllm:spec_decode_num_draft_tokens")),
+        "accepted_tokens": int(_metric(metrics, "vllm:spec_decode_num_accepted_tokens")),
+        "accepted_per_position": [int(x) for x in per_pos],
         "outputs": [list(o.outputs[0].token_ids) for o in outs],
         "load_seconds": t1 - t0, "generate_seconds": t2 - t1,
     }
 
 
-def acceptance_rate(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], max_tokens: int = 32,
-                    num_speculative_tokens: int = 3, max_model_len: int = 512, timeout: float = 900,
-                    env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Greedy generation of ``prompts`` (text or token ids) by ``verifier`` with ``draft`` as its
-    EAGLE-3 speculator, in a child process; returns ``acceptance_rate`` (accepted / drafted
-    tokens, from vLLM's ``spec_decode`` counters), the counts, the generated token ids and timings."""
+def _in_child(req: ServeRequest, timeout: float, env: dict[str, str] | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="serve_check-") as tmp:
-        req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        req.write_text(json.dumps({
-            "verifier": str(verifier), "draft": str(draft), "prompts": [p if isinstance(p, str) else list(p)
-                                                                        for p in prompts],
-            "max_tokens": max_tokens, "num_speculative_tokens": num_speculative_tokens,
-            "max_model_len": max_model_len,
-        }))
-        proc = subprocess.run([sys.executable, "-m", "eagle3_runner.serve_check", "--request", str(req),
-                               "--result", str(res)], capture_output=True, text=True, timeout=timeout,
+        req_file, res_file = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        req_file.write_text(json.dumps(req.__dict__))
+        proc = subprocess.run([sys.executable, "-m", "eagle3_runner.serve_check", "--request", str(req_file),
+                               "--result", str(res_file)], capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, **(env or {})})
-        if proc.returncode or not res.is_file():
-            raise RuntimeError(f"vLLM eagle3 serving failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}")
-        return json.loads(res.read_text())
+        if proc.returncode or not res_file.is_file():
+            raise EnvironmentProblem(f"vLLM serving failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}")
+        return json.loads(res_file.read_text())
+
+
+def summarize(served: dict[str, Any], k: int) -> dict[str, Any]:
+    drafts = served["drafts"]
+    per_pos = [a / drafts if drafts else 0.0 for a in served["accepted_per_position"]] or [0.0] * k
+    return {
+        "acceptance_per_position": per_pos,
+        "mean_acceptance_length": 1.0 + (served["accepted_tokens"] / drafts if drafts else 0.0),
+        "acceptance_rate": served["accepted_tokens"] / served["draft_tokens"] if served["draft_tokens"] else 0.0,
+        "num_speculative_tokens": k,
+        **{key: served[key] for key in ("drafts", "draft_tokens", "accepted_tokens", "accepted_per_position")},
+    }
+
+
+def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], max_tokens: Sequence[int] | int,
+                k: int = 3, max_model_len: int | None = None, dtype: str = "auto", reference: bool = True,
+                timeout: float = 900, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Greedy generation of ``prompts`` by ``verifier`` with ``draft`` as its EAGLE-3 speculator
+    (and, with ``reference``, without it), each engine in a child process."""
+    if not prompts:
+        raise UsageError("serve-check needs at least one prompt")
+    if k < 1:
+        raise UsageError("-k must be at least 1")
+    lengths = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
+    longest = max(len(p) for p in prompts if not isinstance(p, str)) if any(not isinstance(p, str) for p in prompts) else 0
+    max_model_len = max_model_len or -(-(longest + max(lengths) + k + 1) // 32) * 32
+    base = ServeRequest(str(verifier), str(draft), [p if isinstance(p, str) else list(p) for p in prompts],
+                        lengths, k, max(max_model_len, 64), dtype)
+    served = _in_child(base, timeout, env)
+    out = {**summarize(served, k), "prompts": len(prompts), "generated_tokens": sum(len(o) for o in served["outputs"]),
+           "seconds": {"load": served["load_seconds"], "generate": served["generate_seconds"]}}
+    if reference:
+        ref = _in_child(ServeRequest(**{**base.__dict__, "draft": None}), timeout, env)
+        same = [a == b for a, b in zip(served["outputs"], ref["outputs"])]
+        out["outputs_equal_reference"] = all(same)
+        out["outputs_differing"] = [i for i, s in enumerate(same) if not s]
+        out["seconds"]["reference"] = ref["load_seconds"] + ref["generate_seconds"]
+    out["outputs"] = served["outputs"]
+    return out
+
+
+def _data_dtype(files: Sequence[Path]) -> str:
+    """The dtype the samples were extracted in (their data_config.json), so that served and offline
+    numbers come from the same verifier arithmetic; ``auto`` when it is not recorded."""
+    from .formats import DATA_CONFIG
+
+    try:
+        return str(json.loads((Path(files[0]).parent / DATA_CONFIG).read_text(encoding="utf-8"))["dtype"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return "auto"
+
+
+def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None = None, k: int = 3,
+                max_tokens: int | None = None, dtype: str | None = None, reference: bool = True,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``eagle3 serve-check``: the checkpoint's verifier (or ``verifier``) serves ``prompts``
+    (default: the draft's held-out turns) with the draft."""
+    from .evaluate import heldout_files, resolve_checkpoint
+
+    ckpt, train_out = resolve_checkpoint(draft)
+    if verifier is None:
+        cfg = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+        verifier = Path(cfg["speculators_config"]["verifier"]["name_or_path"])
+    if prompts is None:
+        files = heldout_files(train_out)
+        ps, lengths = prompts_from_samples(files, k)
+        dtype = dtype or _data_dtype(files)
+    else:
+        ps, found = prompts_from_file(prompts, k)
+        lengths = found or [DEFAULT_MAX_TOKENS] * len(ps)
+    if max_tokens is not None:
+        lengths = [max_tokens] * len(ps)
+    return serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype or "auto", reference=reference, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eagle3_runner.serve_check", description=__doc__.splitlines()[0])
-    p.add_argument("verifier", nargs="?")
-    p.add_argument("draft", nargs="?")
-    p.add_argument("--prompts", type=Path, help="JSON list of prompts (strings or token-id lists)")
-    p.add_argument("--max-tokens", type=int, default=32)
-    p.add_argument("--num-speculative-tokens", type=int, default=3)
-    p.add_argument("--max-model-len", type=int, default=512)
-    p.add_argument("--request", type=Path, help=argparse.SUPPRESS)
-    p.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    """The child process: ``--request FILE --result FILE`` (one engine)."""
+    p = argparse.ArgumentParser(prog="python -m eagle3_runner.serve_check")
+    p.add_argument("--request", type=Path, required=True)
+    p.add_argument("--result", type=Path, required=True)
     a = p.parse_args(argv)
-    if a.request:
-        r = json.loads(a.request.read_text())
-        out = _run_in_process(r["verifier"], r["draft"], r["prompts"], r["max_tokens"], r["num_speculative_tokens"],
-                              r["max_model_len"])
-        a.result.write_text(json.dumps(out))
-        return 0
-    if not (a.verifier and a.draft and a.prompts):
-        p.error("give VERIFIER DRAFT --prompts FILE")
-    out = _run_in_process(a.verifier, a.draft, json.loads(a.prompts.read_text()), a.max_tokens,
-                          a.num_speculative_tokens, a.max_model_len)
-    out.pop("outputs")
-    print(json.dumps(out, indent=2))
+    req = ServeRequest(**json.loads(a.request.read_text()))
+    a.result.write_text(json.dumps(_serve(req)))
     return 0
 
 

@@ -216,10 +216,11 @@ def build_tiny_deepseek_v2(dest: Path, seed: int = 0) -> Path:
 BUILDERS = {"llama": build_tiny_llama, "deepseek_v2": build_tiny_deepseek_v2}
 
 
-def tiny_chat_dataset(n: int, seed: int) -> list[dict]:
+def tiny_chat_dataset(n: int, seed: int, sentences: tuple[int, int] = (1, 4)) -> list[dict]:
     """``n`` chat rows ``{"messages": [{"role", "content"}, ...]}``, deterministic from ``seed``.
 
-    Rows have an optional system turn and one to three user/assistant exchanges.
+    Rows have an optional system turn and one to three user/assistant exchanges; each answer has
+    between ``sentences[0]`` and ``sentences[1]`` sentences.
     """
     rng = random.Random(seed)
     rows: list[dict] = []
@@ -230,7 +231,7 @@ def tiny_chat_dataset(n: int, seed: int) -> list[dict]:
         for _ in range(rng.randint(1, 3)):
             topic = rng.choice(_TOPICS)
             messages.append({"role": "user", "content": rng.choice(_QUESTIONS).format(t=topic)})
-            answer = " ".join(_sentence(rng) for _ in range(rng.randint(1, 4)))
+            answer = " ".join(_sentence(rng) for _ in range(rng.randint(*sentences)))
             messages.append({"role": "assistant", "content": answer})
         rows.append({"messages": messages})
     return rows

@@ -57,6 +57,7 @@ class TrainOptions:
     scheduler: str = "linear"
     noise_std: float = 0.0  # uniform noise on the input states (speculators' AddUniformNoise)
     compile: bool = False
+    val_fraction: float = 0.1  # samples held out for the end-of-training acceptance evaluation
 
 
 @dataclass
@@ -64,6 +65,19 @@ class TrainResult:
     checkpoint: Path
     losses: list[float] = field(default_factory=list)
     world_size: int = 1
+    evaluation: Any = None  # evaluate.EvalReport on the held-out split (rank 0), or None
+
+
+def split_files(files: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """(train, held-out): a seeded shuffle; at least one of each once there are two samples."""
+    import random
+
+    if not 0 <= fraction < 1:
+        raise UsageError(f"--val-fraction must be in [0, 1), got {fraction}")
+    order = sorted(files)
+    random.Random(seed).shuffle(order)
+    n_val = min(len(order) - 1, max(1, round(fraction * len(order)))) if fraction > 0 and len(order) > 1 else 0
+    return sorted(order[n_val:]), sorted(order[:n_val])
 
 
 class _LossRecorder(logging.Handler):
@@ -213,14 +227,12 @@ def train(opts: TrainOptions) -> TrainResult:
     files = [str(p) for _, p in iter_sample_files(opts.data)]
     if not files:
         raise BadInput(f"no data_*.pt samples in {opts.data}")
+    files, val_files = split_files(files, opts.val_fraction, opts.seed)
     d2t, t2d = load_vocab(opts.vocab)
 
-    if opts.device == "cpu":
-        from .cpu_attention import register
+    from .cpu_attention import attention_for
 
-        attn = register()
-    else:
-        attn = "simple_flex_attention"
+    attn = attention_for(opts.device)
     from transformers import AutoConfig
 
     verifier_cfg = AutoConfig.from_pretrained(str(opts.verifier))
@@ -284,14 +296,28 @@ def train(opts: TrainOptions) -> TrainResult:
             "data": str(Path(opts.data).absolute()), "vocab": str(Path(opts.vocab).absolute()),
             "aux_layer_ids": layer_ids[:-1], "steps": opts.steps, "lr": opts.lr, "seed": opts.seed,
             "device": opts.device, "world_size": world, "num_layers": opts.num_layers, "ttt_steps": opts.ttt_steps,
-            "max_len": opts.max_len, "attention": attn,
+            "max_len": opts.max_len, "attention": attn, "train_samples": len(files),
+            "val_fraction": opts.val_fraction, "val_files": [str(Path(f).absolute()) for f in val_files],
         })
     if distributed:
         import torch.distributed as dist
 
         dist.barrier()
         dist.destroy_process_group()
-    return TrainResult(checkpoint, recorder.losses if recorder else [], world)
+    evaluation = None
+    if rank == 0 and val_files:
+        evaluation = evaluate_heldout(opts.output, opts.device, opts.ttt_steps)
+    return TrainResult(checkpoint, recorder.losses if recorder else [], world, evaluation)
+
+
+def evaluate_heldout(output: Path, device: str, k: int) -> Any:
+    """Offline acceptance of the saved draft on its held-out split, written to ``OUTPUT/eval.json``."""
+    from .atomic import write_json
+    from .evaluate import EVAL_FILE, evaluate
+
+    report = evaluate(Path(output), device=device, k=k)
+    write_json(Path(output) / EVAL_FILE, report.to_dict())
+    return report
 
 
 def _cpu_trainer(base: type, apply_fully_sharded: Any) -> type:
@@ -319,14 +345,16 @@ def _cpu_trainer(base: type, apply_fully_sharded: Any) -> type:
     return CpuTrainer
 
 
-def load_draft(checkpoint: Path) -> Any:
+def load_draft(checkpoint: Path, verifier: Path | None = None) -> Any:
     """A saved draft as speculators' ``Eagle3DraftModel`` (config through speculators' config
     class, ``d2t``/``t2d`` from the checkpoint; the verifier's embeddings and lm_head are read
-    from the verifier the config names, as speculators' checkpointer does)."""
+    from the verifier the config names, as speculators' checkpointer does, or from ``verifier``)."""
     from safetensors.torch import load_file
 
     sp = _import_speculators()
     config = sp["Eagle3SpeculatorConfig"].from_pretrained(str(checkpoint))
+    if verifier is not None:
+        config.speculators_config.verifier.name_or_path = str(Path(verifier).absolute())
     state = load_file(str(Path(checkpoint) / "model.safetensors"))
     if "d2t" not in state or "t2d" not in state:
         raise BadInput(f"{checkpoint} has no d2t/t2d")

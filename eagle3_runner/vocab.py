@@ -1,4 +1,12 @@
-"""``eagle3 vocab``: token frequencies -> the draft vocabulary (``d2t.npy``, ``t2d.npy``).
+"""``eagle3 vocab``: what the verifier predicts -> the draft vocabulary (``d2t.npy``, ``t2d.npy``).
+
+A draft token outside the draft vocabulary can never be accepted, and what has to be accepted is
+the verifier's greedy token, not the data's next token (on data the verifier did not write, they
+agree less than 1% of the time with a random verifier).  With ``--data HS_DIR`` (extract's
+output), tokens are ranked first by how often they are the verifier's top-1 prediction on the
+loss-masked positions (``argmax(lm_head(norm(h_N)))`` from the extracted last layer), then by
+their frequency in the text (``--freq``); the share of the verifier's top-1 predictions the
+draft vocabulary covers is reported and recorded.  Without ``--data``, by text frequency alone.
 
 Speculators' format: ``d2t`` is a ``LongTensor[draft_vocab]`` of offsets
 (``target_id = draft_id + d2t[draft_id]``), ``t2d`` a ``BoolTensor[target_vocab]`` marking the
@@ -33,6 +41,7 @@ class VocabResult:
     target_vocab_size: int
     coverage: float  # share of counted (assistant) tokens the draft vocabulary covers
     implementation: str
+    verifier_top1_coverage: float | None = None  # share of the verifier's greedy predictions covered
 
 
 def _build_mappings(freq: dict[int, int], draft: int, target: int) -> tuple[Any, Any]:
@@ -64,7 +73,45 @@ def _mapping_function() -> tuple[Any, str]:
     )
 
 
-def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size: int, output: Path) -> VocabResult:
+def verifier_top1_counts(data: Path, verifier: Path | None = None) -> tuple[dict[int, int], Path]:
+    """How often each token is the verifier's greedy prediction at a loss-masked position of the
+    samples in ``data`` (whose last layer id must be the verifier's last layer)."""
+    import torch
+
+    from .evaluate import verifier_greedy, verifier_head
+    from .formats import DATA_CONFIG, iter_sample_files, load_sample
+
+    try:
+        cfg = json.loads((Path(data) / DATA_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{data} has no readable {DATA_CONFIG} (run eagle3 extract first): {exc}") from None
+    verifier = Path(verifier or cfg["model"])
+    from transformers import AutoConfig
+
+    vc = AutoConfig.from_pretrained(str(verifier))
+    n_layers = (getattr(vc, "text_config", None) or vc).num_hidden_layers
+    if cfg["layer_ids"][-1] != n_layers:
+        raise BadInput(f"{data}: the last layer id is {cfg['layer_ids'][-1]}, not the verifier's last "
+                       f"layer {n_layers}: its greedy tokens cannot be computed from these samples")
+    norm_w, head_w, eps = verifier_head(verifier)
+    counts = torch.zeros(head_w.shape[0], dtype=torch.long)
+    for _, path in iter_sample_files(data):
+        s = load_sample(path)
+        mask = s["loss_mask"].bool()
+        if mask.any():
+            top1 = verifier_greedy(s["hidden_states"][-1][mask], norm_w, head_w, eps)
+            counts += torch.bincount(top1, minlength=counts.shape[0])
+    return {int(t): int(c) for t, c in enumerate(counts.tolist()) if c}, verifier
+
+
+def rank_by_verifier(top1: dict[int, int], text: dict[int, int]) -> dict[int, int]:
+    """One score per token that orders by top-1 count first, text frequency second."""
+    scale = sum(text.values()) + 1
+    return {t: top1.get(t, 0) * scale + text.get(t, 0) for t in set(top1) | set(text)}
+
+
+def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size: int, output: Path,
+                data: Path | None = None, verifier: Path | None = None) -> VocabResult:
     freq, recorded_vocab = read_freq(freq_file)
     target = target_vocab_size or recorded_vocab
     if not target:
@@ -74,8 +121,13 @@ def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size
     out_of_range = sorted(t for t in freq if t >= target)
     if out_of_range:
         raise BadInput(f"{freq_file}: token ids {out_of_range[:5]} are outside the target vocabulary ({target})")
+    top1: dict[int, int] = {}
+    if data is not None:
+        top1, verifier = verifier_top1_counts(data, verifier)
+        if any(t >= target for t in top1):
+            raise BadInput(f"{data}: the verifier predicts token ids outside the target vocabulary ({target})")
     build, impl = _mapping_function()
-    d2t, t2d = build(freq, draft_vocab_size, target)
+    d2t, t2d = build(rank_by_verifier(top1, freq) if top1 else freq, draft_vocab_size, target)
     import numpy as np
 
     output = Path(output)
@@ -84,15 +136,23 @@ def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size
     total = sum(freq.values())
     covered = sum(c for t, c in freq.items() if bool(t2d[t]))
     coverage = covered / total if total else 0.0
+    top1_total = sum(top1.values())
+    top1_coverage = sum(c for t, c in top1.items() if bool(t2d[t])) / top1_total if top1_total else None
     write_json(output / VOCAB_CONFIG, {
         "draft_vocab_size": draft_vocab_size,
         "target_vocab_size": target,
         "coverage": coverage,
+        "verifier_top1_coverage": top1_coverage,
+        "ranked_by": "verifier top-1, then text frequency" if top1 else "text frequency",
         "freq": str(Path(freq_file).absolute()),
+        "data": str(Path(data).absolute()) if data else None,
+        "verifier": str(Path(verifier).absolute()) if data else None,
         "implementation": impl,
     })
-    logger.info("draft vocabulary of %d/%d tokens covers %.1f%% of assistant tokens", draft_vocab_size, target, 100 * coverage)
-    return VocabResult(output, draft_vocab_size, target, coverage, impl)
+    logger.info("draft vocabulary of %d/%d tokens covers %.1f%% of assistant tokens%s", draft_vocab_size, target,
+                100 * coverage, f" and {100 * top1_coverage:.1f}% of the verifier's greedy predictions"
+                if top1_coverage is not None else "")
+    return VocabResult(output, draft_vocab_size, target, coverage, impl, top1_coverage)
 
 
 def load_vocab(folder: Path) -> tuple[Any, Any]:

@@ -46,3 +46,40 @@ def test_bad_sizes_and_ids(tmp_path, tokens_file):
     (tmp_path / "junk.json").write_text("{}")
     with pytest.raises(BadInput):
         build_vocab(tmp_path / "junk.json", 512, 10, tmp_path / "v")
+
+
+def test_ranked_by_the_verifiers_top1_the_draft_vocab_covers_what_must_be_accepted(tmp_path, tiny_llama, tokens_file,
+                                                                                  hf_samples):
+    """On the tiny random verifier and the chat set's own answers, the text's most frequent
+    tokens miss many of the verifier's greedy predictions; ranking by those predictions first
+    covers them (a draft token outside the vocabulary can never be accepted)."""
+    from eagle3_runner.formats import freq_path_for
+    from eagle3_runner.vocab import verifier_top1_counts
+
+    freq = freq_path_for(tokens_file)
+    by_text = build_vocab(freq, None, 128, tmp_path / "text")
+    by_verifier = build_vocab(freq, None, 128, tmp_path / "verifier", data=hf_samples)
+    top1, verifier = verifier_top1_counts(hf_samples)
+    assert verifier == tiny_llama and sum(top1.values()) > 0
+    _, t2d_text = load_vocab(tmp_path / "text")
+    covered_by_text = sum(c for t, c in top1.items() if t2d_text[t]) / sum(top1.values())
+    assert by_text.verifier_top1_coverage is None
+    assert by_verifier.verifier_top1_coverage > covered_by_text + 0.1, (by_verifier, covered_by_text)
+    ranked = sorted(top1, key=lambda t: (-top1[t], t))[:128]
+    _, t2d = load_vocab(tmp_path / "verifier")
+    assert all(t2d[t] for t in ranked)  # the verifier's 128 most predicted tokens are all in
+    cfg = json.loads((tmp_path / "verifier" / "vocab_config.json").read_text())
+    assert cfg["ranked_by"].startswith("verifier top-1") and cfg["verifier_top1_coverage"] == by_verifier.verifier_top1_coverage
+
+
+def test_vocab_from_samples_without_the_last_layer_is_refused(tmp_path, tiny_llama, tokens_file, hf_samples):
+    from eagle3_runner.formats import DATA_CONFIG, freq_path_for
+
+    data = tmp_path / "samples"
+    data.mkdir()
+    cfg = json.loads((hf_samples / DATA_CONFIG).read_text())
+    cfg["layer_ids"] = cfg["layer_ids"][:-1] + [cfg["layer_ids"][-1] - 1]
+    (data / DATA_CONFIG).write_text(json.dumps(cfg))
+    with pytest.raises(BadInput, match="not the verifier's last layer"):
+        build_vocab(freq_path_for(tokens_file), None, 64, tmp_path / "v", data=data)
+    assert not (tmp_path / "v").exists()

@@ -1,0 +1,139 @@
+"""Which chat template ``prepare`` renders with: the tokenizer's own, a Jinja file, or a built-in.
+
+Built-ins (``eagle3_runner/templates/*.jinja``) are renditions of the common formats written
+for training data: every assistant turn (content, tool calls and the end-of-turn marker) sits in
+``{% generation %}`` so the loss mask comes from ``return_assistant_tokens_mask``.  They follow
+each family's turn markers but are not byte copies of any model's shipped template (no default
+system prompts, no dates); for a chat model that ships a template, its own is the default.
+
+Markers a template writes that the tokenizer does not hold as single tokens (a built-in on a
+base model of another family, e.g. ``<|im_start|>`` on a Llama tokenizer) are rendered as text:
+the tokenizer splits them into ordinary tokens, consistently in training and in serving with
+the same template.  They are logged as a warning and recorded (``markers_as_text``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput, EnvironmentProblem, UsageError
+
+logger = logging.getLogger(__name__)
+
+BUILTINS = ("llama-3", "chatml", "deepseek", "kimi")
+ALIASES = {"llama3": "llama-3", "llama-3.1": "llama-3", "qwen": "chatml", "deepseek-v3": "deepseek",
+           "kimi-k2": "kimi"}
+# special-token-like literals: <|...|> (Llama 3, ChatML, Kimi) and <｜...｜> (DeepSeek, fullwidth bars)
+MARKER = re.compile(r"<\|[^|<>\s'\"]+\|>|<｜[^｜<>\s'\"]+｜>")
+JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.S)
+PROBE = "\x00EAGLE3-PROBE\x00"
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    """The template a run used, as recorded next to its token file."""
+
+    source: str  # "tokenizer", "builtin" or "file"
+    name: str  # built-in name, file path, or the model folder
+    text: str
+    markers_as_text: tuple[str, ...] = field(default=())
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def record(self) -> dict[str, Any]:
+        return {"source": self.source, "name": self.name, "sha256": self.sha256,
+                "markers_as_text": list(self.markers_as_text)}
+
+
+def builtin_text(name: str) -> str:
+    name = ALIASES.get(name, name)
+    return resources.files("eagle3_runner").joinpath("templates", f"{name}.jinja").read_text(encoding="utf-8")
+
+
+def resolve_template(spec: str) -> tuple[str, str, str]:
+    """``(source, name, text)`` for ``--chat-template SPEC``: an existing file, else a built-in name."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        try:
+            return "file", str(path.absolute()), path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"cannot read the chat template {path}: {exc}") from None
+    name = ALIASES.get(spec, spec)
+    if name in BUILTINS:
+        return "builtin", name, builtin_text(name)
+    raise UsageError(f"--chat-template {spec!r} is neither a file nor a built-in template "
+                     f"({', '.join(BUILTINS)})")
+
+
+def _own_template(tokenizer: Any) -> str | None:
+    template = tokenizer.chat_template
+    if isinstance(template, dict):  # several named templates: the default one is used
+        template = template.get("default")
+    return template or None
+
+
+def markers_as_text(tokenizer: Any, text: str) -> tuple[str, ...]:
+    """Marker literals of the template that the tokenizer splits into several tokens."""
+    found = sorted(set(MARKER.findall(JINJA_COMMENT.sub("", text))))
+    return tuple(m for m in found if len(tokenizer.encode(m, add_special_tokens=False)) != 1)
+
+
+def load_tokenizer(model: Path, chat_template: str | None = None) -> tuple[Any, TemplateInfo | None]:
+    """The model's tokenizer with the chosen chat template set on it, and what was chosen.
+
+    ``TemplateInfo`` is ``None`` when no template was asked for and the tokenizer has none (plain
+    text rows still work; chat rows are refused by the caller)."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model))
+    except (OSError, ValueError) as exc:
+        raise EnvironmentProblem(f"cannot load the tokenizer of {model}: {exc}") from None
+    if chat_template:
+        source, name, text = resolve_template(chat_template)
+    else:
+        text = _own_template(tokenizer)
+        if text is None:
+            return tokenizer, None
+        source, name = "tokenizer", str(Path(model).absolute())
+    tokenizer.chat_template = text
+    as_text = markers_as_text(tokenizer, text)
+    if as_text:
+        logger.warning("the chat template's markers %s are not tokens of %s: they are rendered as text",
+                       ", ".join(as_text), model)
+    return tokenizer, TemplateInfo(source, name, text, as_text)
+
+
+def no_template_error(model: Path) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"the tokenizer of {model} has no chat template, and the data has chat rows",
+        hint=f"pass --chat-template NAME|FILE (built-ins: {', '.join(BUILTINS)}), or give plain "
+             '{"text": ...} rows (loss on every token)',
+    )
+
+
+def end_of_turn(tokenizer: Any) -> str | None:
+    """The marker the template closes an assistant turn with (e.g. ``<|im_end|>``), or ``None``.
+
+    Found by rendering a probe reply and taking what the template writes right after it: a
+    ``<|...|>``-like marker, else the text up to the first whitespace."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": PROBE}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that cannot render this has no findable marker
+        return None
+    if PROBE not in text:
+        return None
+    tail = text.split(PROBE, 1)[1].lstrip()
+    marker = MARKER.match(tail)
+    if marker:
+        return marker.group(0)
+    return tail.split()[0] if tail.split() else None

