@@ -50,11 +50,12 @@ def builtin_root() -> str:
 
 # -- digests ----------------------------------------------------------------------------------
 
-def _hash_tree(h, root: str, only_py: bool = True) -> None:
+def _hash_tree(h, root: str) -> None:
+    """Every ``.py`` file under ``root``, walked in sorted order, by relative path and content."""
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
-            if name.endswith(".py") or not only_py:
+            if name.endswith(".py"):
                 path = os.path.join(dirpath, name)
                 with open(path, "rb") as fh:
                     h.update(os.path.relpath(path, root).encode() + b"\0" + fh.read() + b"\0")
@@ -69,17 +70,13 @@ def tree_digest(root: str) -> str:
 
 def engine_digest() -> str:
     """Hash of the transform semantics: the source of the edit declarations (``patch.py``) and
-    of the transform (``transform.py``, or a ``transform/`` package).  A release of vllm-compat
-    that changes them marks every site patched by the old engine ``pending``."""
+    of every module of the ``transform/`` package, in sorted order.  A release of vllm-compat
+    that changes any of them marks every site patched by the old engine ``pending``."""
     h = hashlib.sha256()
-    for name in sorted(os.listdir(_HERE)):
-        path = os.path.join(_HERE, name)
-        if name == "patch.py" or (name.startswith("transform") and name.endswith(".py")):
-            with open(path, "rb") as fh:
-                h.update(name.encode() + b"\0" + fh.read() + b"\0")
-        elif name.startswith("transform") and os.path.isdir(path):
-            h.update(name.encode() + b"/\0")
-            _hash_tree(h, path)
+    with open(os.path.join(_HERE, "patch.py"), "rb") as fh:
+        h.update(b"patch.py\0" + fh.read() + b"\0")
+    h.update(b"transform/\0")
+    _hash_tree(h, os.path.join(_HERE, "transform"))
     return h.hexdigest()
 
 

@@ -12,14 +12,12 @@ from enginekit import cli, show
 
 def release(tmp_path: Path, name: str, change: str | None) -> Path:
     """A copy of this checkout's vllm_compat and catalog as another release would install
-    them; ``change`` is appended to its transform (the module, or the package after a split)."""
+    them; ``change`` is appended to one module of its ``transform/`` package (not ``__init__``)."""
     root = tmp_path / name
     for pkg in ("vllm_compat", "patches"):
         shutil.copytree(kit.REPO / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     if change is not None:
-        target = root / "vllm_compat" / "transform.py"
-        if not target.exists():
-            target = root / "vllm_compat" / "transform" / "__init__.py"
+        target = root / "vllm_compat" / "transform" / "statements.py"
         target.write_text(target.read_text() + change)
     return root
 

@@ -105,22 +105,25 @@ def test_the_digest_covers_the_engine_and_every_catalog(tmp_path: Path, monkeypa
     two = digest(discover(str(tmp_path / "site"), [str(fixes)], cwd=str(tmp_path))[0])
     assert one[0] != two[0] and one[1]["engine"] == two[1]["engine"]
     assert one[1]["catalogs"][BUILTIN] == two[1]["catalogs"][BUILTIN] != two[1]["catalogs"]["fixes"]
-    # the engine: patch.py and transform (a module now; a package after a split), by content
+    # the engine: patch.py and every module of the transform/ package, by content
     engine = tmp_path / "engine"
-    engine.mkdir()
-    for name in ("patch.py", "transform.py", "catalogs.py"):
+    (engine / "transform" / "__pycache__").mkdir(parents=True)
+    for name in ("patch.py", "catalogs.py", "transform/__init__.py", "transform/walk.py"):
         (engine / name).write_text(f"# {name}\n")
     monkeypatch.setattr(catalogs, "_HERE", str(engine))
     base = catalogs.engine_digest()
     (engine / "catalogs.py").write_text("# not semantics\n")
+    (engine / "transform" / "__pycache__" / "walk.cpython-311.pyc").write_bytes(b"\0")
     assert catalogs.engine_digest() == base
-    (engine / "transform.py").unlink()
-    (engine / "transform").mkdir()
-    (engine / "transform" / "__init__.py").write_text("# transform.py\n")
-    assert catalogs.engine_digest() != base
-    split = catalogs.engine_digest()
-    (engine / "transform" / "statements.py").write_text("X = 1\n")
-    assert catalogs.engine_digest() != split
+    seen = {base}
+    for change in ("patch.py", "transform/walk.py", "transform/__init__.py"):
+        (engine / change).write_text(f"# {change}, changed\n")
+        seen.add(catalogs.engine_digest())
+    (engine / "transform" / "statements.py").write_text("X = 1\n")  # a new module
+    seen.add(catalogs.engine_digest())
+    (engine / "transform" / "statements.py").rename(engine / "transform" / "match.py")  # renamed
+    seen.add(catalogs.engine_digest())
+    assert len(seen) == 6
 
 
 def test_catalogs_imports_nothing_but_os_and_hashlib() -> None:
