@@ -22,7 +22,11 @@ EXIT_CODES = """exit codes:
   12  stale: a patched distribution or a dependency was reinstalled/upgraded since apply
   13  unsupported: an installed version no patch covers and not known-good
   14  check: patched code does not bind to the installed vLLM
-  15  the catalog itself is inconsistent
+  15  the catalogs are inconsistent: colliding ids or names, contradictory patches, cycles,
+      a patch writing outside its target package
+  16  a catalog cannot be loaded: its folder is missing, a module fails to import, a bad
+      pyproject.toml entry or entry point
+  17  record cannot turn the hand edits into a patch that reproduces them (nothing written)
 """
 
 
@@ -31,9 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     where = common.add_mutually_exclusive_group()
     where.add_argument("--site-packages", metavar="DIR", help="a folder laid out like site-packages")
     where.add_argument("--python", metavar="PATH", help="manage that interpreter's site-packages")
+    common.add_argument("--catalog", action="append", default=[], metavar="DIR",
+                        help="a user catalog folder, besides pyproject.toml's and entry points' (repeatable)")
     common.add_argument("-v", "--verbose", action="store_true")
     p = argparse.ArgumentParser(
-        prog="vllm-compat", description="Versioned source patches that keep speculators working on current vLLM.",
+        prog="vllm-compat", description="Versioned source patches that keep speculators (and any installed "
+                                        "package you patch with your own catalogs) working on current vLLM.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -55,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     cmd("diff", "show managed files against the wheel's pristine content")
     c = cmd("check", "statically bind the patched code's vLLM imports and calls to the installed vLLM")
     c.add_argument("--json", action="store_true")
+    rec = cmd("record", "turn hand edits of installed files into a patch module NAME.py in a user catalog "
+                        "(the first --catalog, else pyproject.toml's first)")
+    rec.add_argument("name", metavar="NAME", help="the module's name; the patch ids are PACKAGE.NAME")
+    rec.add_argument("--package", action="append", default=[], metavar="PKG",
+                     help="look for edits in this import package's files (default: every package the catalogs patch)")
+    rec.add_argument("--wheel", action="append", default=[], metavar="WHEEL",
+                     help="the installed version's wheel, for files apply never backed up (default: pip download)")
+    rec.add_argument("--allow-unsupported", action="store_true")
     d = cmd("strip-debug", "remove added debug prints/logging/breakpoints from patched files")
     d.add_argument("--dry-run", action="store_true")
     d.add_argument("paths", nargs="*", metavar="PATH",
@@ -63,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _target(args: argparse.Namespace) -> Target:
-    return Target.resolve(args.site_packages, args.python)
+    return Target.resolve(args.site_packages, args.python, args.catalog)
 
 
 def _table(rows: Sequence[Sequence[str]]) -> str:
@@ -124,6 +139,8 @@ def _run(args: argparse.Namespace) -> int:
         for rel in res.removed:
             print(f"removed {rel}")
         return int(Exit.OK)
+    if args.command == "record":
+        return _record(args, target)
     if args.command == "diff":
         sys.stdout.write("".join(api.diff(target).values()))
         return int(Exit.OK)
@@ -140,6 +157,26 @@ def _run(args: argparse.Namespace) -> int:
                   f"{'clean' if report.ok else f'{len(report.findings)} finding(s)'}")
         return int(Exit.OK if report.ok else Exit.CHECK)
     raise AssertionError(args.command)
+
+
+def _record(args: argparse.Namespace, target: Target) -> int:
+    res = api.record(target, args.name, tuple(args.package), tuple(args.wheel), args.allow_unsupported)
+    print(f"recorded {', '.join(res.patches)} in {res.module}:")
+    for rel, kinds in res.files.items():
+        print(f"  {rel}: {', '.join(kinds)}")
+    for rel, difference in res.differences.items():
+        print(f"note: {rel}: the patch gives the same code, not the same bytes; apply wrote its version:")
+        sys.stdout.write(difference)
+    for note in res.notes:
+        print(f"note: {note}")
+    if res.written:
+        print(f"the site is now applied with it; wrote {len(res.written)} file(s): {', '.join(res.written)}")
+    print("fill in its TODO lines (title, why, upstream, remove_when); verify lists them until then")
+    if not res.in_use:
+        folder = res.module.rsplit("/", 1)[0]
+        print(f"every command needs this catalog: pass --catalog {folder}, or add it to "
+              f"[tool.vllm-compat] catalogs in pyproject.toml")
+    return int(Exit.OK)
 
 
 def _strip(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """The hash-only fast path of ``verify`` (and of the vLLM plugin's start-up check).
 
-It answers "everything is exactly as the last apply left it" from the manifest, the catalog's
-content hash, the dist-info RECORD hashes and the managed files' hashes, importing nothing but
-``os``, ``json`` and ``hashlib`` (``pathlib``, ``dataclasses``, ``logging``, ``argparse`` and
+It answers "everything is exactly as the last apply left it" from the manifest, the content
+hash of the engine and of every catalog in use (:mod:`.catalogs`), the dist-info RECORD
+hashes and the managed files' hashes, importing nothing but ``os``, ``json`` and ``hashlib`` (``pathlib``, ``dataclasses``, ``logging``, ``argparse`` and
 ``packaging`` each cost more than the whole goal allows).  Anything else — no manifest, a
 changed file, a reinstalled distribution, a changed catalog — returns ``None`` and the caller
 takes the full path in :mod:`vllm_compat.api`, which explains what is wrong.
@@ -14,6 +14,8 @@ import hashlib
 import json
 import os
 
+from .catalogs import SourceError, digest, discover
+
 STATE_DIR = ".vllm_compat"
 
 
@@ -23,25 +25,6 @@ def _sha(path: str) -> str | None:
             return hashlib.sha256(fh.read()).hexdigest()
     except OSError:
         return None
-
-
-def catalog_root() -> str:
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "patches")
-
-
-def catalog_digest(root: str | None = None) -> str:
-    """Content hash of every ``.py`` file of the catalog (patch modules and shims)."""
-    root = root or catalog_root()
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                path = os.path.join(dirpath, name)
-                with open(path, "rb") as fh:
-                    data = fh.read()
-                h.update(os.path.relpath(path, root).encode() + b"\0" + data + b"\0")
-    return h.hexdigest()
 
 
 def _version(dist_info: str) -> str | None:
@@ -57,8 +40,10 @@ def _version(dist_info: str) -> str | None:
     return None
 
 
-def verified(site: str) -> dict | None:
-    """The manifest's summary when the site verifies, else ``None`` (take the full path)."""
+def verified(site: str, catalogs: tuple[str, ...] | list[str] = ()) -> dict | None:
+    """The manifest's summary when the site verifies with the catalogs in use (the built-in
+    one, ``catalogs`` given with ``--catalog``, pyproject.toml's, entry points'), else
+    ``None`` (take the full path)."""
     state = os.path.join(site, STATE_DIR)
     if os.path.exists(os.path.join(state, "journal.json")):
         return None
@@ -67,7 +52,13 @@ def verified(site: str) -> dict | None:
             manifest = json.loads(fh.read())
     except (OSError, ValueError):
         return None
-    if manifest.get("format") != 1 or not manifest.get("files") or manifest.get("catalog") != catalog_digest():
+    if manifest.get("format") != 1 or not manifest.get("files"):
+        return None
+    try:
+        sources, _ = discover(site, catalogs, cached=manifest.get("entry_points"))
+    except (SourceError, OSError, TypeError, ValueError, KeyError, AttributeError):
+        return None  # a catalog that cannot be read, or a mangled cache: the full path says which
+    if manifest.get("catalog") != digest(sources)[0]:
         return None
     real_site = os.path.realpath(site)
     for snap in manifest["dists"].values():
@@ -83,6 +74,11 @@ def verified(site: str) -> dict | None:
         if _sha(path) != rec["applied"]:
             return None
     return manifest
+
+
+def todo_notes(manifest: dict) -> list[str]:
+    """The patches whose documentation still reads TODO (recorded by apply, for the fast path)."""
+    return [f"{pid}: {', '.join(fields)} still TODO" for pid, fields in sorted(manifest.get("todo", {}).items())]
 
 
 def default_site() -> str:

@@ -22,8 +22,10 @@ __all__ = [
     "ReplaceStmt",
     "RemoveKeyword",
     "Shim",
+    "forget",
     "register",
     "registered",
+    "todo_fields",
 ]
 
 
@@ -206,3 +208,13 @@ def register(patch: Patch, module: str) -> Patch:
 
 def registered() -> list[Patch]:
     return list(_REGISTRY)
+
+
+def forget(package: str) -> None:
+    """Drop what the modules of ``package`` registered (a user catalog about to be re-read)."""
+    _REGISTRY[:] = [p for p in _REGISTRY if p.module != package and not p.module.startswith(package + ".")]
+
+
+def todo_fields(patch: Patch) -> list[str]:
+    """The documentation fields of ``patch`` still reading "TODO" (as `record` leaves them)."""
+    return [f for f in ("title", "why", "upstream", "remove_when") if getattr(patch, f).strip().startswith("TODO")]

@@ -2,7 +2,7 @@
 target packages).
 
 File states: ``pristine`` (sha256 equals the wheel's RECORD), ``applied`` (equals the recorded
-post-patch hash), ``pending`` (should be patched and is not, or the catalog changed),
+post-patch hash), ``pending`` (should be patched and is not, or the engine or a catalog changed),
 ``drifted`` (neither: hand edits), ``stale`` (the owning distribution or a dependency was
 reinstalled or upgraded since the state was written).  Patch states add ``not-applicable`` and
 ``obsolete`` (upstream already has the change).
@@ -57,16 +57,19 @@ def changed_dists(manifest: Manifest, dists: dict[str, Dist | None]) -> dict[str
 
 
 def file_state(target: Target, rel: str, pristine: str | None, expected_patches: tuple[str, ...],
-               manifest: Manifest | None, stale_reason: str, catalog_digest: str) -> FileState:
-    """The state of one managed (or to-be-managed) file."""
+               manifest: Manifest | None, stale_reason: str, catalog_changed: str) -> FileState:
+    """The state of one managed (or to-be-managed) file; ``catalog_changed`` says how the
+    engine or the catalogs in use changed since apply ("" where they did not)."""
     current = sha256_file(target.path(rel))
     rec = manifest.files.get(rel) if manifest else None
     if rec is not None and stale_reason:
         return FileState(rel, STALE, expected_patches, stale_reason)
     if rec is not None and current == rec.applied:
-        if tuple(rec.patches) == expected_patches and manifest and manifest.catalog == catalog_digest:
-            return FileState(rel, APPLIED, expected_patches)
-        return FileState(rel, PENDING, expected_patches, "the catalog or the patches that apply changed since apply")
+        if tuple(rec.patches) != expected_patches:
+            return FileState(rel, PENDING, expected_patches, "the patches that apply changed since apply")
+        if catalog_changed:
+            return FileState(rel, PENDING, expected_patches, catalog_changed)
+        return FileState(rel, APPLIED, expected_patches)
     if current is not None and current == pristine:
         return FileState(rel, PENDING if expected_patches else PRISTINE, expected_patches)
     if current is None:

@@ -63,11 +63,14 @@ class FileRecord:
 class Manifest:
     """What the last successful apply wrote, and what it was written against."""
 
-    catalog: str = ""  # catalog digest
+    catalog: str = ""  # digest of the engine and every catalog in use (vllm_compat.catalogs)
     dists: dict[str, dict[str, str]] = field(default_factory=dict)  # pkg -> version, record, dist_info
     patches: list[str] = field(default_factory=list)  # applied patch ids, in order
     obsolete: list[str] = field(default_factory=list)
     files: dict[str, FileRecord] = field(default_factory=dict)
+    digests: dict = field(default_factory=dict)  # the parts of `catalog`, to say what changed
+    entry_points: dict = field(default_factory=dict)  # the site's catalog entry points, cached
+    todo: dict[str, list[str]] = field(default_factory=dict)  # patch id -> fields still "TODO"
 
     def to_json(self) -> bytes:
         body = {
@@ -77,6 +80,9 @@ class Manifest:
             "patches": self.patches,
             "obsolete": self.obsolete,
             "files": {k: vars(v) for k, v in sorted(self.files.items())},
+            "digests": self.digests,
+            "entry_points": self.entry_points,
+            "todo": self.todo,
         }
         return (json.dumps(body, indent=1, sort_keys=True) + "\n").encode()
 
@@ -90,7 +96,8 @@ class Manifest:
             for rel, rec in raw["files"].items():
                 target.path(rel)  # refuses "..", absolute paths and symlinks out of the site
                 files[rel] = FileRecord(**rec)
-            return cls(raw["catalog"], raw["dists"], list(raw["patches"]), list(raw["obsolete"]), files)
+            return cls(raw["catalog"], raw["dists"], list(raw["patches"]), list(raw["obsolete"]), files,
+                       dict(raw.get("digests", {})), dict(raw.get("entry_points", {})), dict(raw.get("todo", {})))
         except TargetError:
             raise
         except (ValueError, KeyError, TypeError) as exc:

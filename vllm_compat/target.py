@@ -91,13 +91,17 @@ def _read_metadata(dist_info: Path) -> tuple[str, str]:
 
 @dataclass
 class Target:
-    """A folder laid out like site-packages (an unpacked wheel works too)."""
+    """A folder laid out like site-packages (an unpacked wheel works too), and the user
+    catalogs named for it on the command line (``--catalog DIR``, besides those that
+    pyproject.toml and entry points name: :mod:`vllm_compat.catalogs`)."""
 
     site: Path
+    catalogs: tuple[str, ...] = ()
     _dist_infos: list[str] | None = field(default=None, repr=False)
 
     @classmethod
-    def resolve(cls, site_packages: str | None = None, python: str | None = None) -> "Target":
+    def resolve(cls, site_packages: str | None = None, python: str | None = None,
+                catalogs: tuple[str, ...] | list[str] = ()) -> "Target":
         if site_packages and python:
             raise TargetError("give either --site-packages or --python, not both")
         if python:
@@ -109,7 +113,7 @@ class Target:
         path = Path(site).absolute()
         if not path.is_dir():
             raise TargetError(f"site-packages folder not found: {path}")
-        return cls(path)
+        return cls(path, tuple(os.path.abspath(c) for c in catalogs))
 
     @property
     def state_dir(self) -> Path:

@@ -125,6 +125,26 @@ def upgrade_vllm(site: Path, version: str, lean: bool) -> None:
     add_vllm(site, version, lean)
 
 
+def make_wheel(folder: Path, name: str, version: str, files: dict[str, bytes], entry_points: str = "") -> Path:
+    """A wheel of ``files`` (paths relative to site-packages), with a dist-info that lists
+    them in RECORD and, if given, ``entry_points.txt``: what ``pip install`` would unpack."""
+    folder.mkdir(parents=True, exist_ok=True)
+    di = f"{name}-{version}.dist-info"
+    meta = {f"{di}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\n".encode(),
+            f"{di}/WHEEL": b"Wheel-Version: 1.0\nGenerator: enginekit\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+            f"{di}/top_level.txt": ("\n".join(sorted({rel.split("/")[0].removesuffix(".py") for rel in files})) + "\n").encode()}
+    if entry_points:
+        meta[f"{di}/entry_points.txt"] = entry_points.encode()
+    everything = {**files, **meta}
+    record = "".join(record_line(rel, data) + "\n" for rel, data in everything.items()) + f"{di}/RECORD,,\n"
+    whl = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as zf:
+        for rel, data in everything.items():
+            zf.writestr(rel, data)
+        zf.writestr(f"{di}/RECORD", record)
+    return whl
+
+
 # -- RECORD and hashes -----------------------------------------------------------------------
 
 def sha(data: bytes) -> str:
@@ -221,13 +241,16 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def cli(site: Path | None, *args: str, extra_env: dict[str, str] | None = None, wrapper: bool = False,
-        timeout: float = 120, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
-    """``python -m vllm_compat CMD --site-packages SITE ARGS...`` (CMD is ``args[0]``)."""
+        timeout: float = 120, prefix: list[str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m vllm_compat CMD --site-packages SITE ARGS...`` (CMD is ``args[0]``), run in
+    the repository or in ``cwd`` (a user's project: its pyproject.toml names catalogs)."""
     cmd = [*(prefix or []), sys.executable]
     cmd += [str(CRASHRUN)] if wrapper else ["-m", "vllm_compat"]
     cmd += [args[0]] + (["--site-packages", str(site)] if site is not None else []) + list(args[1:])
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
-                          env=env(**(extra_env or {})))
+    extra = dict(extra_env or {})
+    if cwd is not None:  # this checkout's vllm_compat, wherever the command runs
+        extra["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(cwd or REPO), env=env(**extra))
 
 
 def show(res: subprocess.CompletedProcess) -> str:

@@ -138,3 +138,32 @@ def test_status_on_a_patched_site_imports_no_libcst(patched: Path) -> None:
     assert res.returncode == 0, show(res)
     bad = _heavy(_imported(res.stderr), ("libcst", "torch", "vllm", "speculators"))
     assert not bad, f"status imported {sorted(bad)}"
+
+
+def test_verify_with_two_user_catalogs_stays_on_the_fast_path(patched: Path, tmp_path: Path) -> None:
+    """One catalog named by the project's pyproject.toml, one installed with an entry point:
+    verify still answers from hashes alone (neither the catalog loader nor tomllib runs)."""
+    from test_catalogs_hostile import KEYWORD, patch_module
+
+    repo = tmp_path / "repo"
+    (repo / "fixes").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text('[tool.vllm-compat]\ncatalogs = ["fixes"]\n')
+    (repo / "fixes" / "kw.py").write_text(patch_module("speculators.kw", KEYWORD))
+    seqs = ("ReplaceStmt('speculators/data_generation/vllm_hidden_states_generator.py', '', "
+            "old='MAX_NUM_SEQS = 32', new='MAX_NUM_SEQS = 64')")
+    text = patch_module("speculators.seqs", seqs).replace("import AddKeyword,", "import AddKeyword, ReplaceStmt,")
+    whl = kit.make_wheel(tmp_path / "wheels", "teamfixes", "1.0", {"teamfixes/__init__.py": b"",
+                         "teamfixes/catalog/seqs.py": text.encode()}, "[vllm_compat.catalogs]\nteam = teamfixes.catalog\n")
+    kit.upstream.unpack(whl, patched)
+    res = cli(patched, "apply", cwd=repo)
+    assert res.returncode == 0, show(res)
+    gen = (patched / kit.GENERATOR).read_text()
+    assert "exc_info=True" in gen and "MAX_NUM_SEQS = 64" in gen
+    res = subprocess.run([sys.executable, "-X", "importtime", "-m", "vllm_compat", "verify", "--site-packages", str(patched)],
+                         capture_output=True, text=True, cwd=str(repo), env=kit.env(PYTHONPATH=str(kit.REPO)))
+    assert res.returncode == 0 and res.stdout.startswith("ok: 23 patch(es)"), show(res)
+    mods = _imported(res.stderr)
+    assert "vllm_compat.catalogs" in mods, sorted(mods)
+    bad = _heavy(mods, ("libcst", "importlib.metadata", "packaging", "torch", "vllm", "speculators", "tomllib",
+                        "vllm_compat.catalog", "vllm_compat.plan", "dataclasses"))
+    assert not bad, f"verify imported {sorted(bad)}"

@@ -17,17 +17,23 @@ from enginekit import STATE, cli, show
 ENV, TARGET, DRIFTED, UNSUPPORTED = 3, 4, 11, 13
 
 
+def _state(path: Path):
+    return kit.snapshot(path) if path.is_dir() else kit.sha_file(path) if path.exists() else "missing"
+
+
 def refused(site: Path, args: tuple[str, ...], code: int, words: tuple[str, ...], watch: tuple[Path, ...] = (),
-            prefix: list[str] | None = None) -> None:
+            prefix: list[str] | None = None, cwd: Path | None = None) -> None:
+    """``args`` fail with ``code``, a one-line message holding ``words``, and no change to
+    ``site`` or to anything in ``watch`` (files or folders, which must stay missing if so)."""
     roots = (site, *watch)
-    before = [kit.snapshot(r) if r.is_dir() else kit.sha_file(r) for r in roots]
-    res = cli(site, *args, prefix=prefix)
+    before = [_state(r) for r in roots]
+    res = cli(site, *args, prefix=prefix, cwd=cwd)
     assert res.returncode == code, f"{args}: " + show(res)
     assert "Traceback" not in res.stderr, show(res)
     assert res.stderr.startswith("vllm-compat: error:"), f"{args}: no clear message on stderr\n" + show(res)
     for w in words:
         assert w in res.stderr, f"{args}: {w!r} not in the message\n" + show(res)
-    after = [kit.snapshot(r) if r.is_dir() else kit.sha_file(r) for r in roots]
+    after = [_state(r) for r in roots]
     for root, b, a in zip(roots, before, after):
         if isinstance(b, dict):
             diff = kit.snapshot_diff(b, a)

@@ -72,3 +72,26 @@ def test_readme_table_and_changelog_list_every_patch() -> None:
     changelog = (root / "CHANGELOG.md").read_text()
     missing = [p.id for p in load().patches if f"`{p.id}`" not in changelog]
     assert not missing, f"CHANGELOG.md does not list {missing}"
+
+
+def test_user_catalogs_are_namespaced_ordered_and_widen_the_proven_ranges(tmp_path) -> None:
+    from vllm_compat.catalogs import BUILTIN, Source, builtin_root
+
+    fixes = tmp_path / "fixes"
+    fixes.mkdir()
+    (fixes / "__init__.py").write_text('SUPPORTED = {"vllm": ">=0.34,<0.35"}\n')
+    (fixes / "_shared.py").write_text('G = "speculators/data_generation/vllm_hidden_states_generator.py"\n')
+    body = ("from vllm_compat.patch import AddKeyword, Patch, register\nfrom ._shared import G\n\n"
+            "register(Patch(id={pid!r}, title='t', target='speculators', target_versions='==0.3.0', why='w',\n"
+            "    upstream='u', remove_when='r', after={after!r},\n"
+            "    edits=(AddKeyword(G, 'VllmHiddenStatesGenerator.__del__', call='log.warning', keyword={kw!r}, value='1'),)), __name__)\n")
+    (fixes / "a.py").write_text(body.format(pid="speculators.a", after=("speculators.warm_up", "speculators.b"), kw="x"))
+    (fixes / "b.py").write_text(body.format(pid="speculators.b", after=(), kw="y"))
+    catalog = load([Source(BUILTIN, builtin_root(), "vllm-compat"), Source("fixes", str(fixes), "--catalog")])
+    ids = [p.id for p in catalog.patches]
+    assert ids[-2:] == ["fixes:speculators.b", "fixes:speculators.a"]  # after the built-in ones, b before a
+    assert catalog.by_id("fixes:speculators.a").after == ("speculators.warm_up", "fixes:speculators.b")
+    assert catalog.by_id("fixes:speculators.a").module == str(fixes / "a.py")
+    assert catalog.where("fixes:speculators.a").startswith("catalog 'fixes'")
+    assert catalog.supported["vllm"] == (">=0.11.0,<0.34", ">=0.34,<0.35")
+    assert load().patches == tuple(p for p in catalog.patches if ":" not in p.id)  # the built-in ones unchanged

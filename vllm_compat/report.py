@@ -1,0 +1,76 @@
+"""What the commands return and the exit codes they map to (shared by :mod:`.api`,
+:mod:`.plan` and :mod:`.record`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .state import DRIFTED, PENDING, STALE, FileState, PatchState
+
+__all__ = ["CommandError", "Exit", "RecordResult", "Report"]
+
+
+class Exit(IntEnum):
+    """Process exit codes (also listed in the README and ``--help``)."""
+
+    OK = 0
+    USAGE = 2  # bad command line
+    ENV = 3  # target missing, unreadable, not writable, corrupt state
+    TARGET = 4  # a target file does not parse, or a patch's anchor is missing
+    PENDING = 10  # applicable patches not applied (or the catalog changed)
+    DRIFTED = 11  # managed files were edited by hand (revert refuses without --force)
+    STALE = 12  # a patched distribution or a dependency was reinstalled/upgraded since apply
+    UNSUPPORTED = 13  # installed version no patch covers and not known-good
+    CHECK = 14  # `check` found calls that do not bind to the installed vLLM
+    CATALOG = 15  # the catalogs are inconsistent (colliding ids, contradictions, paths out of the target)
+    CATALOG_LOAD = 16  # a catalog cannot be loaded (missing folder, a module fails to import, bad entry point)
+    RECORD = 17  # record cannot turn the hand edits into a patch that reproduces them
+
+
+class CommandError(Exception):
+    """A command could not run; ``code`` is the exit code it maps to."""
+
+    def __init__(self, message: str, code: Exit) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Report:
+    site: str
+    versions: dict[str, str]  # package -> installed version
+    patches: tuple[PatchState, ...]
+    files: tuple[FileState, ...]
+    unsupported: tuple[str, ...] = ()
+    fast: bool = False  # answered from the manifest alone
+    notes: tuple[str, ...] = ()  # facts worth a line that change no exit code
+
+    @property
+    def code(self) -> Exit:
+        states = {f.state for f in self.files} | {p.state for p in self.patches}
+        if self.unsupported:
+            return Exit.UNSUPPORTED
+        for state, code in ((DRIFTED, Exit.DRIFTED), (STALE, Exit.STALE), (PENDING, Exit.PENDING)):
+            if state in states:
+                return code
+        return Exit.OK
+
+    def to_dict(self) -> dict:
+        return {
+            "site": self.site, "versions": self.versions, "exit_code": int(self.code),
+            "result": self.code.name.lower(), "unsupported": list(self.unsupported), "notes": list(self.notes),
+            "patches": [vars(p) | {"files": list(p.files)} for p in self.patches],
+            "files": [vars(f) | {"patches": list(f.patches)} for f in self.files],
+        }
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    module: str  # the patch module written
+    patches: tuple[str, ...]  # ids as loaded (NAME:ID)
+    files: dict[str, tuple[str, ...]]  # edited file -> the kinds of its edits, in order
+    differences: dict[str, str]  # file -> what the patch does not reproduce (same AST; empty: byte-exact)
+    in_use: bool  # whether the catalog is found without --catalog (pyproject.toml, entry point)
+    notes: tuple[str, ...] = ()
+    written: tuple[str, ...] = ()  # files the commit wrote (pending patches elsewhere, stated differences)
