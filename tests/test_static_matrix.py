@@ -7,7 +7,6 @@ The fast tests cover the script's own logic.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from scriptkit import load_script
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "static_matrix.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("static_matrix", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("static_matrix")
 
 
 def test_the_matrix_has_50_cells_and_every_minor_release():

@@ -5,7 +5,6 @@ without ``norm_before_residual`` would be served with ``True`` (so ``train`` mus
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +13,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "serving_convention.py"
+sys.path.insert(0, str(REPO / "tests"))
+
+from scriptkit import load_script  # noqa: E402
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("serving_convention", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("serving_convention")
 
 
 BEFORE = """
