@@ -43,6 +43,10 @@ class HiddenStatesCapture(StepCapture):
         worker._vllm_compat_capture = capture
         return capture
 
+    def set_sink(self, sink: Callable[[Job], Any] | None) -> None:
+        """Where finished requests' states go from now on (set before the first step)."""
+        self._sink = sink
+
     def claim(self, request: Any) -> Job | None:
         ids = getattr(request, "prompt_token_ids", None)
         if ids is None or request.req_id in self.order:  # no prompt ids, or seen (a preempted one)

@@ -36,10 +36,12 @@ register(Patch(
                 "    h[offset : offset + seq_len].clone().cpu() for h in aux_hidden_states\n"
                 "]\n"
             ),
+            # no .clone().cpu(): capture_hooks' worker hands over host tensors it no longer holds
+            # (and speculators.states_in_shared_memory's rewrite of that call then has nothing to
+            # change here, so this statement stays what this patch wrote: a fixed point)
             new=(
                 "layer_states = [\n"
-                "    h.clone().cpu()\n"
-                '    for h in aux_hidden_states[f"req_{self._request_counter - 1}_{i}"]\n'
+                '    h for h in aux_hidden_states[f"req_{self._request_counter - 1}_{i}"]\n'
                 "]\n"
             ),
         ),

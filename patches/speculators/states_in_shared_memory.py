@@ -22,7 +22,7 @@ model's dtype.  Tensor parallelism as before: only TP rank 0 captures and answer
 (``unique_reply_rank=0``).  Without room in ``/dev/shm`` a request's tensors travel the old way.
 """
 
-from vllm_compat.patch import InsertAfter, Patch, ReplaceExpr, ReplaceStmt, Shim, register
+from vllm_compat.patch import InsertAfter, Patch, ReplaceExpr, Shim, register
 
 WORKER = "speculators/data_generation/custom_worker.py"
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
@@ -48,10 +48,12 @@ register(Patch(
             WORKER, "", after="from speculators._vllm_compat_generator_capture import HiddenStatesCapture",
             new="from speculators._vllm_compat_shared_states import SharedStatesWriter",
         ),
-        ReplaceStmt(
+        # an insertion, not a rewrite of capture_hooks' statement: capture_hooks must still find
+        # its own result when the catalog is applied again (every edit a fixed point)
+        InsertAfter(
             WORKER, "HiddenStatesWorkerExtension._setup_hidden_states_capture",
-            old="self._vllm_compat_capture = HiddenStatesCapture.install(self, layer_ids)",
-            new="self._vllm_compat_capture = HiddenStatesCapture.install(self, layer_ids, sink=SharedStatesWriter())",
+            after="self._vllm_compat_capture = HiddenStatesCapture.install(self, layer_ids)",
+            new="self._vllm_compat_capture.set_sink(SharedStatesWriter())",
         ),
         InsertAfter(GENERATOR, "", after="", new="from speculators._vllm_compat_shared_states import receive_states"),
         ReplaceExpr(GENERATOR, "VllmHiddenStatesGenerator.generate", old=RPC, new=f"receive_states({RPC})"),
