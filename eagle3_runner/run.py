@@ -314,10 +314,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -> dict[str, Any]:
+def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -> dict[str, Any] | None:
     """vLLM serves the held-out turns with the draft; skipped when done for this checkpoint."""
     from .atomic import write_json
-    from .serve_check import check_draft
+    from .serve_check import NoPrompts, check_draft
 
     out = cfg.workdir / SERVE_CHECK_FILE
     done = _read_json(out)
@@ -326,7 +326,12 @@ def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -
         res.skipped.append("serve_check")
         logger.info("serve_check: %s is up to date, skipped", out)
     else:
-        done = check_draft(cfg.checkpoint, k=k, dtype=cfg.serve_check.get("dtype"))
+        try:
+            done = check_draft(cfg.checkpoint, k=k, dtype=cfg.serve_check.get("dtype"))
+        except NoPrompts:  # e.g. text rows: the loss covers whole rows, no turn follows a prompt
+            logger.warning("serve_check: skipped: no held-out turn follows a prompt, so there is nothing "
+                           "to serve (eagle3 serve-check --prompts FILE serves prompts of your own)")
+            return None
         done.pop("outputs", None)
         done["checkpoint_mtime"] = trained
         write_json(out, done)

@@ -161,13 +161,17 @@ def summarize(served: dict[str, Any], k: int) -> dict[str, Any]:
     }
 
 
+class NoPrompts(UsageError):
+    """Nothing to serve: no prompt given, or no held-out turn follows a prompt (text rows)."""
+
+
 def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], max_tokens: Sequence[int] | int,
                 k: int = 3, max_model_len: int | None = None, dtype: str = "auto", reference: bool = True,
                 timeout: float = 900, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Greedy generation of ``prompts`` by ``verifier`` with ``draft`` as its EAGLE-3 speculator
     (and, with ``reference``, without it), each engine in a child process."""
     if not prompts:
-        raise UsageError("serve-check needs at least one prompt")
+        raise NoPrompts("serve-check needs at least one prompt")
     if k < 1:
         raise UsageError("-k must be at least 1")
     lengths = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)

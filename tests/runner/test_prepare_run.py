@@ -94,6 +94,7 @@ def test_base_model_through_eagle3_run(tmp_path, tiny_llama, chat_rows, train_si
     if rows == "text":
         assert record["chat_template"] is None and record["mask_method"] == "text"
         assert all(all(r.loss_mask) for r in tokens)
+        assert "serve_check: skipped" in p.stderr and not (work / "serve_check.json").exists()  # no turns to serve
     else:
         assert record["chat_template"]["name"] == "chatml" and record["chat_template"]["markers_as_text"]
         regen = record["regenerate"]
