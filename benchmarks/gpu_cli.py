@@ -76,11 +76,11 @@ def plain_rate(model: Path, rows: Path) -> dict:
     from vllm.inputs import TokensPrompt
 
     from eagle3_runner.backends.vllm_fast import make_llm
-    from eagle3_runner.extract import _default_memory_share
+    from eagle3_runner.extract import default_memory_share
 
     rs = read_token_rows(rows)
     llm = make_llm(model, max_model_len=default_max_model_len(rs), dtype="auto",
-                   gpu_memory_utilization=_default_memory_share())
+                   gpu_memory_utilization=default_memory_share())
     prompts = [TokensPrompt(prompt_token_ids=r.input_ids) for r in rs]
     params = SamplingParams(max_tokens=1, detokenize=False)
     llm.generate(prompts[:32], params, use_tqdm=False)  # warm-up
@@ -101,10 +101,10 @@ def gen_rate(model: Path, rows: Path, layer_ids: list[int], batch: int, keep: Pa
     import speculators
     from speculators.data_generation.vllm_hidden_states_generator import VllmHiddenStatesGenerator
 
-    from eagle3_runner.extract import _default_memory_share
+    from eagle3_runner.extract import default_memory_share
 
     rs = read_token_rows(rows)
-    share = _default_memory_share()
+    share = default_memory_share()
     t0 = time.perf_counter()
     gen = VllmHiddenStatesGenerator(str(model), layer_ids=layer_ids, max_model_len=default_max_model_len(rs),
                                     gpu_memory_utilization=share)

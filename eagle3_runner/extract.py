@@ -207,7 +207,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
         dtype=opts.dtype,
         max_model_len=max_len,
         tensor_parallel_size=opts.tensor_parallel_size,
-        gpu_memory_utilization=opts.gpu_memory_utilization or _default_memory_share(),
+        gpu_memory_utilization=opts.gpu_memory_utilization or default_memory_share(),
         site_packages=str(patch_state.site) if patch_state else opts.site_packages,
     )
     with backend_cls(options) as backend:
@@ -285,7 +285,7 @@ def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_i
     from .backends.vllm_fast import make_llm, run_fast, setup_capture
 
     llm = make_llm(opts.model, max_model_len=max_len, tensor_parallel_size=opts.tensor_parallel_size,
-                   dtype=opts.dtype, gpu_memory_utilization=opts.gpu_memory_utilization or _default_memory_share())
+                   dtype=opts.dtype, gpu_memory_utilization=opts.gpu_memory_utilization or default_memory_share())
     try:
         setup = setup_capture(llm, layer_ids, fsync=opts.sync == "each")
         started = time.monotonic()  # rates exclude the engine's start and shutdown, as for the other backends
@@ -325,7 +325,7 @@ def _store(out: Path, row: TokenRow, states: list[Any], n_states: int, hidden: i
     return problems
 
 
-def _default_memory_share() -> float:
+def default_memory_share() -> float:
     """0.8 on a GPU, 0.3 on CPU, asked without spoiling vLLM's forks.
 
     torch's default CUDA check initialises the driver in this process; vLLM then forks its

@@ -40,7 +40,7 @@ from typing import Any
 from .chat_templates import end_of_turn, load_tokenizer, no_template_error
 from .chat_tokens import RowTokenizer
 from .errors import UsageError
-from .extract import _default_memory_share, _load_model_config
+from .extract import default_memory_share, _load_model_config
 from .readers import SourceRow
 from .regen_store import SideFile
 
@@ -283,7 +283,7 @@ def engine_dtype(requested: str, config: Any, on_cpu: bool) -> str:
 
 
 def _make_llm(model: Path, o: RegenerateOptions, max_model_len: int) -> tuple[Any, str]:
-    share = o.gpu_memory_utilization or _default_memory_share()  # sets torch's NVML-based CUDA check
+    share = o.gpu_memory_utilization or default_memory_share()  # sets torch's NVML-based CUDA check
     import torch
 
     on_cpu = not torch.cuda.is_available()

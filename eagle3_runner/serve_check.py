@@ -112,12 +112,12 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
 
     from vllm import LLM, SamplingParams
 
-    from .extract import _default_memory_share
+    from .extract import default_memory_share
 
     t0 = time.monotonic()
     spec = {"method": "eagle3", "model": req.draft, "num_speculative_tokens": req.k} if req.draft else None
     llm = LLM(model=req.verifier, speculative_config=spec, dtype=req.dtype, enforce_eager=True,
-              gpu_memory_utilization=_default_memory_share(), max_model_len=req.max_model_len,
+              gpu_memory_utilization=default_memory_share(), max_model_len=req.max_model_len,
               max_num_seqs=max(1, min(len(req.prompts), 256)), disable_log_stats=False, seed=0)
     t1 = time.monotonic()
     inputs = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in req.prompts]
