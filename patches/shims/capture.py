@@ -3,6 +3,8 @@
 Vendored by vllm-compat into the patched ``speculators`` package as
 ``speculators/_vllm_compat_capture.py`` (patched code imports it from there and never imports
 ``vllm_compat``); ``eagle3_runner``'s fast path imports it from ``patches.shims.capture``.
+Its parts that change for other reasons live beside it: ``runner_layout`` (which rows of a step
+are whose, per vLLM model runner) and ``host_memory`` (pinned buffers, file writes).
 One mechanism for both: speculators' generator hands the finished requests to the driver
 (``speculators.states_in_shared_memory``), the fast path writes them to files.
 
@@ -35,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import os
 import queue
 import threading
 import time
@@ -45,109 +46,23 @@ from typing import Any
 
 import torch
 
-__all__ = ["Job", "StepCapture", "bytes_view", "computed_tokens", "pwrite_all", "step_layout"]
+# Vendored, the siblings sit beside this module under their vendored names; in patches/shims/
+# (where eagle3_runner's fast path imports it) under their own.
+if __package__ == "speculators":
+    from speculators._vllm_compat_host_memory import PinnedPool
+    from speculators._vllm_compat_runner_layout import base_model, computed_tokens, step_layout
+else:
+    from patches.shims.host_memory import PinnedPool
+    from patches.shims.runner_layout import base_model, computed_tokens, step_layout
+
+__all__ = ["Job", "StepCapture"]
 
 logger = logging.getLogger(__name__)
-
-
-def _base_model(model: Any) -> Any:
-    if hasattr(model, "get_language_model"):
-        lm = model.get_language_model()
-        if hasattr(lm, "model") and hasattr(lm.model, "layers"):
-            return lm.model
-    if hasattr(model, "model") and hasattr(model.model, "layers"):
-        return model.model
-    raise AttributeError(f"Could not find a base model with decoder 'layers' in {type(model).__name__}")
-
-
-def step_layout(runner: Any, scheduler_output: Any, batch: Any = None) -> list[tuple[str, int, int]]:
-    """``(request id, first row, number of rows)`` of each request in this step's batch, from
-    the model runner's own layout.  ``batch``: the step's input batch when the caller kept it."""
-    if batch is None:
-        batch = getattr(getattr(runner, "execute_model_state", None), "input_batch", None)
-    if batch is not None and hasattr(batch, "query_start_loc_np"):
-        qsl = batch.query_start_loc_np  # Model Runner V2: the step's own (sorted) InputBatch
-        return [(rid, int(qsl[k]), int(qsl[k + 1]) - int(qsl[k])) for k, rid in enumerate(batch.req_ids)]
-    batch = runner.input_batch  # V1 model runner: rows follow the persistent batch order
-    counts = scheduler_output.num_scheduled_tokens
-    spans, start = [], 0
-    for rid in batch.req_ids[: batch.num_reqs]:
-        n = int(counts.get(rid, 0)) if rid is not None else 0
-        if n:
-            spans.append((rid, start, n))
-            start += n
-    return spans
-
-
-def computed_tokens(scheduler_output: Any) -> dict[str, int]:
-    """Each scheduled request's ``num_computed_tokens``: where this step's rows start."""
-    out = {req.req_id: int(req.num_computed_tokens) for req in getattr(scheduler_output, "scheduled_new_reqs", ()) or ()}
-    cached = getattr(scheduler_output, "scheduled_cached_reqs", None)
-    if cached is not None and hasattr(cached, "req_ids"):
-        out.update((rid, int(n)) for rid, n in zip(cached.req_ids, cached.num_computed_tokens))
-    return out
-
-
-def pwrite_all(fd: int, data: memoryview, offset: int = 0) -> None:
-    done = 0
-    while done < len(data):
-        n = os.pwrite(fd, data[done:], offset + done)
-        if n <= 0:
-            raise OSError(f"pwrite wrote {n} bytes")
-        done += n
-
-
-def bytes_view(t: torch.Tensor) -> memoryview:
-    """The bytes of a contiguous CPU tensor, without a copy (os.pwrite releases the GIL)."""
-    return memoryview(t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()).cast("B")
 
 
 def _stream(hidden_states: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
     # A new tensor either way: layers update their inputs in place (fused add + norm).
     return hidden_states.clone() if residual is None else hidden_states + residual
-
-
-class PinnedPool:
-    """Per-request host buffers carved (first fit) out of one pinned allocation made at setup,
-    so the steps never wait for ``cudaHostAlloc``; when it is full, torch's caching pinned
-    allocator serves the rest.  Each tensor owns a storage of exactly its own bytes."""
-
-    def __init__(self, nbytes: int, align: int = 4096) -> None:
-        self.align = align
-        self.array = torch.empty(max(int(nbytes), align), dtype=torch.uint8, pin_memory=True).numpy()
-        self.free = [(0, len(self.array))]  # sorted, coalesced (offset, size)
-        self.owner: dict[int, tuple[int, int]] = {}  # data_ptr -> (offset, size)
-        self.lock = threading.Lock()
-
-    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        numel = 1
-        for d in shape:
-            numel *= d
-        size = -(-numel * dtype.itemsize // self.align) * self.align
-        with self.lock:
-            k = next((k for k, (_, n) in enumerate(self.free) if n >= size), None)
-            if k is None:
-                return torch.empty(shape, dtype=dtype, pin_memory=True)
-            off, n = self.free[k]
-            self.free[k:k + 1] = [(off + size, n - size)] if n > size else []
-            t = torch.frombuffer(self.array, dtype=dtype, count=numel, offset=off).view(shape)
-            self.owner[t.data_ptr()] = (off, size)
-        return t
-
-    def give(self, tensors: list[torch.Tensor]) -> None:
-        with self.lock:
-            for t in tensors:
-                span = self.owner.pop(t.data_ptr(), None)
-                if span is not None:
-                    self.free.append(span)
-            self.free.sort()
-            merged: list[tuple[int, int]] = []
-            for off, n in self.free:
-                if merged and merged[-1][0] + merged[-1][1] == off:
-                    merged[-1] = (merged[-1][0], merged[-1][1] + n)
-                else:
-                    merged.append((off, n))
-            self.free = merged
 
 
 @dataclass(eq=False)
@@ -185,7 +100,7 @@ class StepCapture:
                  pool_bytes: int = 2 << 30) -> None:
         runner = worker.model_runner
         model = runner.get_model() if hasattr(runner, "get_model") else runner.model
-        base = _base_model(model)
+        base = base_model(model)
         layers = base.layers
         n = len(layers)
         self.worker, self.runner, self.num_layers = worker, runner, n

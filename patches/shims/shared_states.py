@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from speculators._vllm_compat_capture import bytes_view, pwrite_all
+from speculators._vllm_compat_host_memory import bytes_view, pwrite_all
 
 __all__ = ["SharedStatesWriter", "receive_states"]
 

@@ -18,8 +18,9 @@ attributes the captured rows to requests by position in the batch.  Both drift w
   default from 0.11.1).
 
 Fix: a vendored capture (``speculators/_vllm_compat_capture.py``, the mechanism
-``eagle3_runner``'s fast path uses too, and ``speculators/_vllm_compat_generator_capture.py``,
-the extension's API on it) registers forward pre-hooks on the decoder layers (a forward hook
+``eagle3_runner``'s fast path uses too, with its parts ``_vllm_compat_runner_layout.py`` and
+``_vllm_compat_host_memory.py``, and ``speculators/_vllm_compat_generator_capture.py``, the
+extension's API on it) registers forward pre-hooks on the decoder layers (a forward hook
 on the last layer for id ``N``), so vLLM's own forward runs unchanged on every architecture,
 and splits each step's rows per request with the runner's own layout of that step (Model
 Runner V2: the step's ``InputBatch.req_ids`` / ``query_start_loc_np``; V1 runner:
@@ -80,6 +81,8 @@ register(Patch(
                 "(upstream moved to vllm_client/offline in 0.5.0).",
     shims=(
         Shim(source="capture.py", dest="speculators/_vllm_compat_capture.py"),
+        Shim(source="runner_layout.py", dest="speculators/_vllm_compat_runner_layout.py"),
+        Shim(source="host_memory.py", dest="speculators/_vllm_compat_host_memory.py"),
         Shim(source="generator_capture.py", dest="speculators/_vllm_compat_generator_capture.py"),
     ),
     edits=(

@@ -22,7 +22,8 @@ import pytest
 import torch
 
 SHIMS = Path(__file__).resolve().parents[2] / "patches" / "shims"
-VENDORED = {"capture": "_vllm_compat_capture", "generator_capture": "_vllm_compat_generator_capture",
+VENDORED = {"runner_layout": "_vllm_compat_runner_layout", "host_memory": "_vllm_compat_host_memory",
+            "capture": "_vllm_compat_capture", "generator_capture": "_vllm_compat_generator_capture",
             "shared_states": "_vllm_compat_shared_states"}
 
 
@@ -175,7 +176,7 @@ def test_misattributed_rows_raise_instead_of_returning_wrong_states(shims):
 
 def test_pinned_pool_carves_owned_tensors_and_reuses_freed_space(shims, monkeypatch):
     monkeypatch.setattr(torch, "empty", _unpinned(torch.empty))  # no CUDA here: same layout, unpinned
-    pool = shims.capture.PinnedPool(3 * 4096)
+    pool = shims.host_memory.PinnedPool(3 * 4096)
     a = pool.take((10, 8), torch.bfloat16)
     b = pool.take((3,), torch.long)
     assert a.untyped_storage().nbytes() == 160 and b.untyped_storage().nbytes() == 24  # own storages

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from patches.shims.capture import bytes_view, pwrite_all
+from patches.shims.host_memory import bytes_view, pwrite_all
 
 from ...atomic import TMP_MARK
 from ...formats import existing_sample_ok
