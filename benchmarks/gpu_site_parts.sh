@@ -20,6 +20,7 @@ else
   mkdir "$work/site"
   python3 -c "import glob, sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in glob.glob(sys.argv[2] + '/*.whl')]" "$work/site" "$work"
   rm -f "$work"/site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so
+  find "$work/site" -name "*.a" -delete  # static archives (xgrammar's is 70 MB) only serve linking
   stream=$work/site.tar.xz
   tar cf - -C "$work/site" . | xz -T2 -6 > "$stream"
 fi
