@@ -111,6 +111,7 @@ def apply_plan(plan: Plan, dry_run: bool, allow_unsupported: bool, overwrite: fr
     writes: dict[str, bytes | None] = {}
     backups: dict[str, bytes] = {}
     new_files: dict[str, FileRecord] = {}
+    plan.prefetch(list(report.files))
     for fs in report.files:
         rel = fs.path
         if plan.is_shim(rel):

@@ -33,6 +33,7 @@ class Plan:
     report: Report
     expected: dict[str, tuple[str, ...]]  # file -> ids of applicable patches editing it, in order
     pristine_copies: dict[str, bytes] = field(default_factory=dict)  # proven elsewhere (record's wheels)
+    done: dict[tuple[str, tuple[str, ...]], tuple[bytes, bytes]] = field(default_factory=dict)  # prefetch()
 
     def owner(self, rel: str) -> str:
         if self.manifest and rel in self.manifest.files:
@@ -65,7 +66,23 @@ class Plan:
         if self.is_shim(fs.path):
             return self.shim_source(fs.path) if fs.patches else None
         pristine = self.pristine(fs.path, fs) if pristine is None else pristine
-        return transformed(fs.path, pristine, self.applicable(fs.patches)) if fs.patches else pristine
+        if not fs.patches:
+            return pristine
+        hit = self.done.get((fs.path, fs.patches))
+        if hit is not None and hit[0] == pristine:
+            return hit[1]
+        return transformed(fs.path, pristine, self.applicable(fs.patches))
+
+    def prefetch(self, states: list[FileState]) -> None:
+        """Transform the patched files among ``states`` at once, in parallel where that pays
+        (:mod:`.parallel`); :meth:`expected_bytes` then returns the results."""
+        todo = [fs for fs in states if fs.patches and not self.is_shim(fs.path)]
+        if len(todo) < 2:
+            return
+        work = [(fs.path, self.pristine(fs.path, fs), self.applicable(fs.patches)) for fs in todo]
+        out = _transform_all(work)
+        for fs, (rel, pristine, _) in zip(todo, work):
+            self.done[rel, fs.patches] = (pristine, out[rel])
 
 
 def load_catalog(target: Target, missing_ok: tuple[str, ...] = ()):
@@ -176,9 +193,14 @@ def read(target: Target, rel: str) -> bytes | None:
 
 def transformed(rel: str, pristine: bytes, patches: list) -> bytes:
     """``rel``'s pristine bytes with ``patches`` (in catalog order) applied."""
-    from .transform import TransformError, transform_file  # noqa: PLC0415 - libcst
+    return _transform_all([(rel, pristine, patches)])[rel]
+
+
+def _transform_all(work: list) -> dict[str, bytes]:
+    from .parallel import transform_files  # noqa: PLC0415 - libcst
+    from .transform import TransformError  # noqa: PLC0415
 
     try:
-        return transform_file(rel, pristine.decode("utf-8"), patches).encode("utf-8")
+        return transform_files(work)
     except TransformError as exc:
         raise CommandError(str(exc), Exit.TARGET) from exc

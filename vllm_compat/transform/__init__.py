@@ -32,6 +32,7 @@ class TransformError(Exception):
         super().__init__(f"{patch_id}: {file}: {message}")
         self.patch_id = patch_id
         self.file = file
+        self.message = message
 
 
 def _apply_one(module: cst.Module, edit: Edit, patch_id: str, cache: dict | None = None) -> cst.Module:
