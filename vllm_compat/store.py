@@ -36,8 +36,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Replace ``path`` by ``data`` so a reader sees the old or the new content, never a mix."""
+def atomic_write(path: Path, data: bytes, mode: int | None = None, dirs: set[Path] | None = None) -> None:
+    """Replace ``path`` by ``data`` so a reader sees the old or the new content, never a mix.
+
+    ``dirs``: collect the folder to fsync later, once for all the files written into it
+    (:func:`_fsync_dirs`), instead of now."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.vllm-compat-tmp")
     with open(tmp, "wb") as fh:
@@ -47,7 +50,16 @@ def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
     if mode is not None:
         os.chmod(tmp, mode)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if dirs is None:
+        _fsync_dir(path.parent)
+    else:
+        dirs.add(path.parent)
+
+
+def _fsync_dirs(dirs: set[Path]) -> None:
+    for folder in sorted(dirs):
+        _fsync_dir(folder)
+    dirs.clear()
 
 
 @dataclass
@@ -169,32 +181,36 @@ class Store:
         staging = self.dir / "staging"
         shutil.rmtree(staging, ignore_errors=True)
         entries = []
+        dirs: set[Path] = set()  # fsynced once each, before the commit point
         for i, (rel, data) in enumerate(sorted(writes.items())):
             self.target.path(rel)
             if data is not None:
-                atomic_write(staging / str(i), data)
+                atomic_write(staging / str(i), data, dirs=dirs)
             entries.append({"path": rel, "staged": None if data is None else str(i),
                             "sha": None if data is None else sha256_bytes(data)})
         for rel, data in backups.items():
-            atomic_write(self.dir / "backup" / rel, data)
+            atomic_write(self.dir / "backup" / rel, data, dirs=dirs)
         if manifest is not None:
-            atomic_write(staging / "manifest.json", manifest.to_json())
+            atomic_write(staging / "manifest.json", manifest.to_json(), dirs=dirs)
+        _fsync_dirs(dirs)
         journal = {"files": entries, "manifest": manifest is not None}
         atomic_write(self.dir / "journal.json", json.dumps(journal).encode())  # commit point
         self._roll_forward(journal)
 
     def _roll_forward(self, journal: dict) -> None:
         staging = self.dir / "staging"
+        dirs: set[Path] = set()  # fsynced once each, before the journal goes
         for entry in journal["files"]:
             path = self.target.path(entry["path"])
             if entry["staged"] is None:
                 if path.exists():
                     path.unlink()
-                    _fsync_dir(path.parent)
+                    dirs.add(path.parent)
             elif sha256_file(path) != entry["sha"]:
                 mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-                atomic_write(path, (staging / entry["staged"]).read_bytes(), mode)
+                atomic_write(path, (staging / entry["staged"]).read_bytes(), mode, dirs=dirs)
             drop_bytecode(path)
+        _fsync_dirs(dirs)
         if journal["manifest"]:
             atomic_write(self.dir / "manifest.json", (staging / "manifest.json").read_bytes())
             (self.dir / "journal.json").unlink()
