@@ -9,6 +9,8 @@ tests/upstream.py).  Goals (issue: engine): `vllm-compat verify` on a patched si
 and regenerates the same files.  The third row adds two user catalogs to speculators 0.3.0: one
 named with --catalog, one installed as a package with a `vllm_compat.catalogs` entry point.  The
 project's modules are byte-compiled first, as pip does at install time (libcst's already are).
+`apply` transforms the files in as many processes as `vllm_compat.parallel.jobs` allows (the
+CPUs, capped by VLLM_COMPAT_JOBS); run with VLLM_COMPAT_JOBS=1 for the one-process figures.
 """
 
 from __future__ import annotations
@@ -137,6 +139,10 @@ def main() -> int:
         print(f"| {r['speculators']} | {r['vllm']} | {r['patches']} | {r['files']} | {r['verify_ms']} ms "
               f"| {r['floor_verify_ms']} ms | {r['verify_ratio']}x | {r['apply_ms']} ms "
               f"| {r['floor_apply_ms']} ms | {r['apply_ratio']}x |")
+    sys.path.insert(0, str(ROOT))
+    from vllm_compat.parallel import jobs  # noqa: PLC0415
+
+    print(f"\napply's transform processes: {jobs(rows[0]['files'])} (VLLM_COMPAT_JOBS={os.environ.get('VLLM_COMPAT_JOBS', '')!r})")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0
