@@ -25,6 +25,9 @@ def work(site):
 
 @pytest.fixture
 def two_workers(monkeypatch):
+    # pytest's process may hold idle threads of earlier tests (torch, vLLM), which make jobs()
+    # choose serial; the children here only run libcst, so forking is safe for these tests.
+    monkeypatch.setattr(parallel.threading, "active_count", lambda: 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     monkeypatch.setenv("VLLM_COMPAT_JOBS", "2")
     assert parallel.jobs(5) == 2
@@ -93,7 +96,8 @@ def test_serial_with_other_threads_running(monkeypatch):
     t.start()
     try:
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-        assert parallel.jobs(5) == 1
+        monkeypatch.setenv("VLLM_COMPAT_JOBS", "2")
+        assert threading.active_count() > 1 and parallel.jobs(5) == 1
     finally:
         stop.set()
         t.join()
