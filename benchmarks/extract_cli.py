@@ -21,6 +21,22 @@ def errors_of(text: str) -> list[str]:
     return [x for x in text.splitlines() if re.search(r"Error|error:|Exception|Traceback", x)][:30]
 
 
+def first_traceback(text: str, lines: int = 40) -> str | None:
+    """The first Python traceback in a child's output (a vLLM worker's is prefixed, e.g.
+    ``(Worker pid=1) ``), up to its exception line."""
+    rows = text.splitlines()
+    start = next((i for i, x in enumerate(rows) if "Traceback (most recent call last)" in x), None)
+    if start is None:
+        return None
+    block = []
+    for x in rows[start:start + 400]:
+        block.append(x)
+        body = re.sub(r"^\([^)]*\)\s*", "", x)  # a worker's prefix
+        if len(block) > 1 and body and not body.startswith((" ", "Traceback")) and re.match(r"[\w.]+(Error|Exception|Exit)\b|\w+: ", body):
+            break
+    return "\n".join(block[-lines:])
+
+
 def run_extract(model: Path, rows: Path, out: Path, backend: str, *extra: str, env: dict | None = None,
                 runner: Callable[..., subprocess.CompletedProcess] | None = None) -> dict:
     """``python -m eagle3_runner extract`` on ``rows``; ``tokens_per_s`` is the rate the command
@@ -39,6 +55,8 @@ def run_extract(model: Path, rows: Path, out: Path, backend: str, *extra: str, e
            "tokens_per_s": float(m.group(1).replace(",", "")) if m else None, "stdout": p.stdout[-800:]}
     if p.returncode:
         res["stderr"] = p.stderr[-3000:]
-        res["stderr_full"] = p.stderr[-200_000:]  # callers may keep it; too long for a summary
-        res["error_lines"] = errors_of(p.stderr)
+        # vLLM logs to stdout, a worker's traceback too: callers keep both (too long for a summary)
+        res["stderr_full"] = f"--- stdout ---\n{p.stdout[-200_000:]}\n--- stderr ---\n{p.stderr[-200_000:]}"
+        res["error_lines"] = errors_of(p.stderr + p.stdout)
+        res["first_traceback"] = first_traceback(p.stdout + "\n" + p.stderr)
     return res

@@ -31,19 +31,38 @@ def left_s() -> float:
 def run_child(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     """``subprocess.run`` in its own process group, killed with its engine processes when the
     budget ends (a vLLM EngineCore outliving its driver would hold the GPU)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, **kwargs)
-    CHILDREN.add(p.pid)
-    try:
-        out, err = p.communicate(timeout=max(1.0, left_s()))
-    except subprocess.TimeoutExpired:
-        kill_group(p.pid)
-        out, err = p.communicate()
-        err += f"\n[gpu_cli] killed: the budget ended ({cmd[1:4]})\n"
-    finally:
-        kill_group(p.pid)
-        CHILDREN.discard(p.pid)
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    return run_children([cmd], **kwargs)[0]
+
+
+def run_children(cmds: list[list[str]], **kwargs) -> list[subprocess.CompletedProcess]:
+    """:func:`run_child` for several commands at once (their output goes to files, so that none
+    blocks on a full pipe while another is waited for)."""
+    import tempfile
+
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="children-") as tmp:
+        for i, cmd in enumerate(cmds):
+            out, err = open(f"{tmp}/{i}.out", "w+"), open(f"{tmp}/{i}.err", "w+")
+            p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, start_new_session=True, **kwargs)
+            CHILDREN.add(p.pid)
+            procs.append((cmd, p, out, err))
+        done = []
+        for cmd, p, out, err in procs:
+            note = ""
+            try:
+                p.wait(timeout=max(1.0, left_s()))
+            except subprocess.TimeoutExpired:
+                note = f"\n[gpu_children] killed: the budget ended ({cmd[1:4]})\n"
+            finally:
+                kill_group(p.pid)
+                p.wait()
+                CHILDREN.discard(p.pid)
+            out.seek(0)
+            err.seek(0)
+            done.append(subprocess.CompletedProcess(cmd, p.returncode, out.read(), err.read() + note))
+            out.close()
+            err.close()
+    return done
 
 
 def kill_group(pgid: int) -> None:

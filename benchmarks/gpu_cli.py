@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 import benchmarks.gpu_children as children  # noqa: E402
-from benchmarks.extract_cli import errors_of, run_extract  # noqa: E402
+from benchmarks.extract_cli import first_traceback, run_extract  # noqa: E402
 from benchmarks.gpu_children import note_failure, run_child, wait_gpu_free  # noqa: E402
 from benchmarks.gpu_files import compare, states_of, validate, write_rows  # noqa: E402
 from benchmarks.gpu_models import DEVICE, DRY, build_llama, hf_states, ragged_samples, random_samples  # noqa: E402
@@ -108,7 +108,11 @@ def gen_rate(model: Path, rows: Path, layer_ids: list[int], batch: int, keep: Pa
     t0 = time.perf_counter()
     gen = VllmHiddenStatesGenerator(str(model), layer_ids=layer_ids, max_model_len=default_max_model_len(rs),
                                     gpu_memory_utilization=share)
-    res = {"init_s": time.perf_counter() - t0, "batch": batch, "speculators": speculators.__file__,
+    # what the catalog's speculators.worker_start decided (speculators was imported first: the
+    # fork hazard of shared/notes/vllm-on-h200.md), and the threads vLLM left this process
+    res = {"worker_start": {k: os.environ.get(k) for k in ("VLLM_WORKER_MULTIPROC_METHOD", "OMP_NUM_THREADS")},
+           "driver_threads": torch.get_num_threads(),
+           "init_s": time.perf_counter() - t0, "batch": batch, "speculators": speculators.__file__,
            "max_num_batched_tokens": gen.vllm_config.scheduler_config.max_num_batched_tokens,
            "max_num_seqs": gen.vllm_config.scheduler_config.max_num_seqs}
     gen.generate([r.input_ids for r in rs[-8:]])  # warm-up, as the floor has one
@@ -249,9 +253,10 @@ def main() -> int:  # noqa: PLR0915 - one function per step, in order
         wait_gpu_free()
         p = run_child([sys.executable, __file__, *args], cwd=REPO, env=env)
         line = next((x for x in p.stdout.splitlines() if x.startswith(tag + " ")), None)
-        if line is None:  # the whole stderr comes back: a worker's own traceback is in the middle
-            note_failure(tag, p.stderr)
-            raise RuntimeError(f"{tag} failed (rc {p.returncode}): {errors_of(p.stderr)} {p.stderr[-1500:]}")
+        if line is None:  # vLLM logs (a worker's traceback too) go to stdout: keep both, whole
+            note_failure(tag, f"--- stdout ---\n{p.stdout[-200_000:]}\n--- stderr ---\n{p.stderr}")
+            raise RuntimeError(f"{tag} failed (rc {p.returncode}); first traceback:\n"
+                               f"{first_traceback(p.stdout + chr(10) + p.stderr) or p.stderr[-1500:]}")
         return json.loads(line[len(tag) + 1:])
 
     def plain(layers: int) -> dict:

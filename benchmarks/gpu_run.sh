@@ -10,24 +10,8 @@
 #        what ran in $OUT/cli.json), under a `timeout` a few seconds longer.
 set -u
 T0=$(date +%s)
-# Two ways to carry vLLM: the wheels of gpu-vllm-bundle (/tmp/parts/part-*), or those wheels
-# already unpacked as one site folder in a tar.xz, in fewer parts (/tmp/parts/site-*; smaller:
-# built by benchmarks/gpu_site_parts.sh without the FA2 kernels, which Hopper does not use).
-if [ ! -d /tmp/site/vllm ]; then
-  t0=$(date +%s)
-  mkdir -p /tmp/site
-  if ls /tmp/parts/site-* >/dev/null 2>&1; then
-    ls -l /tmp/parts  # a part missing (the machine was not warm between calls) fails the unpack
-    ( set -o pipefail
-      cat /tmp/parts/site-* | python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1 << 22)" \
-        | tar xf - -C /tmp/site ) || { echo "vLLM unpack failed"; rm -rf /tmp/site; exit 1; }
-  else
-    mkdir -p /tmp/b && cat /tmp/parts/part-* | tar xf - -C /tmp/b \
-      && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/b/*.whl \
-      || { echo "vLLM install failed"; exit 1; }
-  fi
-  echo "vLLM installed in $(( $(date +%s) - t0 ))s"
-fi
+. benchmarks/gpu_site.sh
+site_unpack || exit 1
 export PYTHONPATH=/tmp/site:$PWD:${PYTHONPATH:-}
 export PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -35,10 +19,7 @@ nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm --format=csv
 df -h /tmp /dev/shm
 if [ "${1:-}" = cli ]; then
   shift
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-  python3 -m vllm_compat apply --site-packages /tmp/site > "$OUT/apply.txt" 2>&1
-  python3 -m vllm_compat verify --site-packages /tmp/site >> "$OUT/apply.txt" 2>&1
-  echo "vllm-compat verify: exit $?"; tail -n 4 "$OUT/apply.txt"
+  site_with_wheels "$OUT" || exit 1
   if [ "${CALL_S:-0}" -gt 0 ]; then
     left=$(( CALL_S - ($(date +%s) - T0) - 6 ))
     echo "setup took $(( $(date +%s) - T0 ))s; gpu_cli gets ${left}s"

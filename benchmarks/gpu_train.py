@@ -47,12 +47,20 @@ sys.path.insert(0, str(REPO))
 
 DRY = os.environ.get("FC_DRY") == "1"
 DEVICE = "cpu" if DRY else "cuda"
-SHAPES = (dict(hidden=64, intermediate=160, heads=4, kv_heads=2, vocab=512, draft_vocab=256, layers=8)
-          if DRY else
-          dict(hidden=4096, intermediate=14336, heads=32, kv_heads=8, vocab=128256, draft_vocab=32000, layers=32))
-LAYER_IDS = [2, 4, 5, 8] if DRY else [2, 16, 29, 32]
+# the verifier shapes the draft is built for (--shape): a Llama-3-8B width, and SmolLM2-135M (the
+# real verifier of the draft pipeline, scripts/smollm2.py) with its measured draft vocabulary
+SHAPE_SETS = {
+    "llama8b": (dict(hidden=4096, intermediate=14336, heads=32, kv_heads=8, vocab=128256, draft_vocab=32000,
+                     layers=32), [2, 16, 29, 32]),
+    "smollm2": (dict(hidden=576, intermediate=1536, heads=9, kv_heads=3, vocab=49152, draft_vocab=8192, layers=30),
+                [2, 15, 27, 30]),
+    "dry": (dict(hidden=64, intermediate=160, heads=4, kv_heads=2, vocab=512, draft_vocab=256, layers=8), [2, 4, 5, 8]),
+}
+_shape = os.environ.get("GPU_TRAIN_SHAPE", "dry" if DRY else "llama8b")
+SHAPES, LAYER_IDS = SHAPE_SETS[_shape]
 VARIANTS = {
     "fast": {"loop": "fast"},
+    "fast-8k": {"loop": "fast", "max_len": 8192},  # tokens per step: the optimizer and fixed costs amortized
     "fast-fp32": {"loop": "fast", "precision": "fp32"},
     "stock": {"loop": "speculators"},
     "stock-compiled": {"loop": "speculators", "compile": True},
@@ -204,13 +212,14 @@ def run_variant(name: str, work: Path, a: argparse.Namespace) -> dict:
 
     def sampler_iter(self):  # noqa: ANN001, ANN202
         for indices in inner_iter(self):
-            lengths.append(packed_lengths(len(indices), a.sample_len - 1, a.max_len))
+            lengths.append(packed_lengths(len(indices), a.sample_len - 1, spec.get("max_len", a.max_len)))
             yield indices
 
     train_mod._StepsSampler.__iter__ = sampler_iter
     opts = TrainOptions(data=work / "samples", vocab=work / "vocab", verifier=work / "verifier",
                         output=work / "ckpt" / name, steps=plan["steps"], device=DEVICE, seed=spec.get("seed", 0),
-                        max_len=a.max_len, ttt_steps=3, compile=spec.get("compile", False), loop=spec["loop"],
+                        max_len=spec.get("max_len", a.max_len), ttt_steps=3, compile=spec.get("compile", False),
+                        loop=spec["loop"],
                         precision=spec.get("precision", "auto"), val_fraction=0.0)
     t0 = time.perf_counter()
     write({"start": t0})

@@ -112,9 +112,9 @@ def load_tokenizer(model: Path, chat_template: str | None = None) -> tuple[Any, 
     return tokenizer, TemplateInfo(source, name, text, as_text)
 
 
-def no_template_error(model: Path) -> EnvironmentProblem:
+def no_template_error(model: Path, why: str = "the data has chat rows") -> EnvironmentProblem:
     return EnvironmentProblem(
-        f"the tokenizer of {model} has no chat template, and the data has chat rows",
+        f"the tokenizer of {model} has no chat template, and {why}",
         hint=f"pass --chat-template NAME|FILE (built-ins: {', '.join(BUILTINS)}), or give plain "
              '{"text": ...} rows (loss on every token)',
     )

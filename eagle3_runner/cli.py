@@ -34,8 +34,8 @@ def _parser() -> argparse.ArgumentParser:
 
     s = cmd("prepare", "chat or text rows -> token rows with a loss mask", prepare_mod.__doc__)
     s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer, and its chat template by default)")
-    s.add_argument("--data", required=True, type=Path, action="append",
-                   help="JSON lines, Parquet or a datasets folder (repeat for several)")
+    s.add_argument("--data", type=Path, action="append",
+                   help="JSON lines, Parquet or a datasets folder (repeat for several; optional with --synthesize)")
     s.add_argument("--output", required=True, type=Path, help="token JSON lines (side files go next to it)")
     s.add_argument("--seq-length", type=int, default=2048, help="truncate to this many tokens (default 2048)")
     s.add_argument("--chat-template", metavar="FILE|NAME",
@@ -50,11 +50,20 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--max-new-tokens", type=int, default=512)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--batch-size", type=int, default=256, help="rows per engine batch and side-file append (default 256)")
+    g.add_argument("--batch-size", type=int, default=1024,
+                   help="rows per engine batch and side-file append (default 1024)")
     g.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
                    help="auto: float32 on CPU for a float32 model")
     g.add_argument("--tensor-parallel-size", type=int, default=1)
     g.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
+    g = s.add_argument_group("synthesize (vLLM; implies --regenerate)")
+    g.add_argument("--synthesize", type=int, metavar="N",
+                   help="add N user turns written by the model itself (Magpie), answered by it "
+                        "(resumable: OUTPUT.synthesized.jsonl)")
+    g.add_argument("--synthesize-max-tokens", type=int, default=256,
+                   help="a user turn reaching this many tokens is dropped as overlong (default 256)")
+    g.add_argument("--synthesize-temperature", type=float, default=1.0, help="default 1.0")
+    g.add_argument("--synthesize-top-p", type=float, default=1.0)
 
     s = cmd("extract", "token rows -> hidden-state samples (speculators' format)", extract_mod.__doc__)
     s.add_argument("--model", required=True, type=Path)
@@ -83,7 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--data", type=Path, help="extract's output: rank tokens by the verifier's top-1 predictions first")
     s.add_argument("--verifier", type=Path, help="with --data (default: the model data_config.json names)")
     s.add_argument("--target-vocab-size", type=int, help="default: the value recorded by prepare")
-    s.add_argument("--draft-vocab-size", required=True, type=int)
+    s.add_argument("--draft-vocab-size", type=int,
+                   help="default: the smallest multiple of 1024 holding 99%% of the verifier's greedy tokens "
+                        "(with --data; else of the assistant tokens)")
     s.add_argument("--output", required=True, type=Path)
 
     s = cmd("train", "samples + vocab -> a trained EAGLE-3 draft (speculators' Trainer)", train_mod.__doc__)
@@ -91,26 +102,36 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--vocab", required=True, type=Path, help="vocab's output folder")
     s.add_argument("--verifier", required=True, type=Path, help="the verifier model folder")
     s.add_argument("--output", required=True, type=Path, help="checkpoint folder (the draft is OUTPUT/0)")
-    s.add_argument("--steps", type=int, default=100)
-    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    s.add_argument("--lr", type=float, default=1e-4)
+    s.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100; --epochs overrides)")
+    s.add_argument("--epochs", type=float, help="passes over the training samples (overrides --steps)")
+    s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda when a GPU is seen")
+    s.add_argument("--lr", type=float, default=train_mod.DEFAULT_LR, help=f"peak learning rate (default {train_mod.DEFAULT_LR:g})")
+    s.add_argument("--warmup", type=float, default=train_mod.DEFAULT_WARMUP,
+                   help=f"warm-up: a share of the steps (< 1) or a number of steps (default {train_mod.DEFAULT_WARMUP:g})")
+    s.add_argument("--eval-every", type=int,
+                   help="held-out acceptance every N steps, the best weights saved (default: 5 times a run; 0 = off)")
+    s.add_argument("--max-minutes", type=float, help="fast loop: stop after this long, saving the best weights "
+                                                        "(the learning-rate schedule is not shortened)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--num-layers", type=int, default=1, help="draft decoder layers (default 1)")
     s.add_argument("--ttt-steps", type=int, default=3)
     s.add_argument("--ttt-step-loss-decay", type=float, default=1.0)
     s.add_argument("--max-len", type=int, default=2048, help="tokens per packed batch")
-    s.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="linear")
+    s.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="linear",
+                   help="learning-rate decay after the warm-up (default linear to 0)")
     s.add_argument("--noise-std", type=float, default=0.0)
     s.add_argument("--compile", action="store_true",
                    help="keep speculators' torch.compile on (always on for --loop fast on CUDA)")
-    s.add_argument("--loop", choices=("fast", "speculators"), default="speculators",
+    s.add_argument("--loop", choices=("auto", "fast", "speculators"), default="auto",
                    help="fast: the runner's loop around speculators' model and Trainer (worker loader, pinned "
-                        "prefetch, bf16 autocast, fused AdamW); speculators: its Trainer loop as is")
+                        "prefetch, bf16 autocast, fused AdamW); speculators: its Trainer loop as is; "
+                        "auto (default): fast on CUDA, speculators on the CPU")
     s.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
                    help="fast loop: bf16 autocast with float32 weights (auto on CUDA) or float32 (auto on CPU)")
     s.add_argument("--nproc", type=int, default=1, help="> 1: run under torchrun with this many processes")
     s.add_argument("--val-fraction", type=float, default=0.1,
-                   help="samples held out for the end-of-training acceptance evaluation (default 0.1; 0 = none)")
+                   help="samples held out for the acceptance evaluation (default 0.1, at most "
+                        f"{train_mod.MAX_VAL_SAMPLES} samples; 0 = none)")
 
     s = cmd("eval", "offline acceptance per speculative position, from training's own forward", eval_mod.__doc__)
     s.add_argument("--draft", required=True, type=Path, help="train's output folder (or the draft folder OUTPUT/0)")
@@ -161,14 +182,19 @@ def _setup_logging(verbose: bool, quiet: bool) -> None:
 def _cmd_prepare(a: argparse.Namespace) -> int:
     from .prepare import prepare
     from .regenerate import RegenerateOptions
+    from .synthesize import SynthesizeOptions
 
     regen = RegenerateOptions(
         temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed,
         batch_size=a.batch_size, dtype=a.dtype, tensor_parallel_size=a.tensor_parallel_size,
         gpu_memory_utilization=a.gpu_memory_utilization,
-    ) if a.regenerate else None
+    ) if a.regenerate or a.synthesize else None
+    synth = SynthesizeOptions(
+        count=a.synthesize, temperature=a.synthesize_temperature, top_p=a.synthesize_top_p,
+        max_tokens=a.synthesize_max_tokens, seed=a.seed, batch_size=a.batch_size,
+    ) if a.synthesize is not None else None
     r = prepare(a.model, a.data, a.output, a.seq_length, chat_template=a.chat_template, format=a.format,
-                skip_bad=a.skip_bad, regenerate=regen)
+                skip_bad=a.skip_bad, regenerate=regen, synthesize=synth)
     for i in r.inputs:
         print(f"{i.path}: {i.rows} rows ({i.format or 'no format found'}, {i.container}"
               f"{f', {i.bad} bad' if i.bad else ''})")
@@ -176,6 +202,11 @@ def _cmd_prepare(a: argparse.Namespace) -> int:
         t = r.template
         as_text = f"; rendered as text: {' '.join(t.markers_as_text)}" if t.markers_as_text else ""
         print(f"chat template: {t.source} {t.name} (sha256 {t.sha256[:12]}{as_text})")
+    if r.synthesize:
+        y = r.synthesize
+        print(f"synthesized: {y.counts['kept']} user turns kept of {y.attempts} samples ({y.counts['empty']} empty, "
+              f"{y.counts['duplicate']} repeats, {y.counts['overlong']} overlong dropped; {y.generated} drawn now, "
+              f"{y.tokens} tokens in {y.seconds:.1f} s; {y.side_file})")
     if r.regenerate:
         g = r.regenerate
         print(f"regenerated: {g.regenerated} rows now, {g.reused} from {g.side_file}; {g.turns} turns, {g.tokens} tokens "
@@ -287,7 +318,8 @@ def _cmd_train(a: argparse.Namespace) -> int:
         data=a.data, vocab=a.vocab, verifier=a.verifier, output=a.output, steps=a.steps, device=a.device, lr=a.lr,
         seed=a.seed, num_layers=a.num_layers, ttt_steps=a.ttt_steps, ttt_step_loss_decay=a.ttt_step_loss_decay,
         max_len=a.max_len, scheduler=a.scheduler, noise_std=a.noise_std, compile=a.compile, loop=a.loop,
-        precision=a.precision, val_fraction=a.val_fraction,
+        precision=a.precision, val_fraction=a.val_fraction, epochs=a.epochs, warmup=a.warmup, eval_every=a.eval_every,
+        max_minutes=a.max_minutes,
     )
     if a.nproc > 1 and "LOCAL_RANK" not in os.environ:
         from .launch import torchrun_train

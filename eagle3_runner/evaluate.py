@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadInput, UsageError
-from .formats import iter_sample_files
+from .formats import TRAIN_CONFIG, iter_sample_files
 
 logger = logging.getLogger(__name__)
 
@@ -151,8 +151,6 @@ def resolve_checkpoint(path: Path) -> tuple[Path, Path]:
 
 
 def heldout_files(train_output: Path) -> list[Path]:
-    from .train import TRAIN_CONFIG
-
     try:
         cfg = json.loads((Path(train_output) / TRAIN_CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -204,13 +202,63 @@ def verifier_greedy(last_layer: Any, norm_w: Any, head_w: Any, eps: float) -> An
     return (h @ head_w.T).argmax(-1)
 
 
+class Scorer:
+    """Scores drafts on fixed samples: the samples and the verifier's head are loaded once, so a
+    draft in training can be scored every few steps (:mod:`eagle3_runner.train_eval`)."""
+
+    def __init__(self, files: list[Path], verifier: Path, device: str, k: int) -> None:
+        import torch
+
+        from .draft_model import _import_speculators
+
+        if k < 1:
+            raise UsageError("-k must be at least 1")
+        self.files, self.verifier, self.device, self.k = list(files), Path(verifier), device, k
+        head = verifier_head(self.verifier)
+        self.norm_w, self.head_w, self.eps = head[0].to(device), head[1].to(device), head[2]
+        self.dataset = _import_speculators()["Eagle3SampleFileDataset"](
+            max_len=10**9, file_list=[str(f) for f in self.files])
+        self._greedy: dict[int, Any] = {}  # the verifier's tokens per sample, computed once
+        self.torch = torch
+
+    def score(self, model: Any, draft_name: str = "") -> EvalReport:
+        """``model`` (an ``Eagle3DraftModel`` on ``device``) drafting ``k`` tokens from every start."""
+        torch = self.torch
+        all_positions, walk = Acceptance(), Acceptance()
+        covered = counted = 0
+        t2d, d2t = model.t2d.to(self.device), model.d2t.to(self.device)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad(), torch.compiler.set_stance("force_eager"):  # speculators compiles forward
+                for idx in range(len(self.dataset)):
+                    s = {key: v.to(self.device) for key, v in self.dataset[idx].items()}
+                    if s["input_ids"].shape[0] < 2:
+                        continue
+                    out = model(hidden_states=s["hidden_states"][None], input_ids=s["input_ids"][None],
+                                lengths=s["lengths"], position_ids=s["position_ids"][None], ttt_steps=self.k)
+                    draft_ids = [(d + d2t[d])[0].cpu() for d in out]  # draft vocab -> verifier ids
+                    if idx not in self._greedy:
+                        self._greedy[idx] = verifier_greedy(s["verifier_last_hidden_states"], self.norm_w,
+                                                            self.head_w, self.eps)
+                    v_ids = self._greedy[idx]
+                    mask = s["loss_mask"].bool()
+                    counted += int(mask.sum())
+                    covered += int(t2d[v_ids][mask].sum())
+                    score_sample(draft_ids, v_ids.cpu(), mask.cpu(), self.k, all_positions, walk)
+        finally:
+            model.train(was_training)
+        if not all_positions.drafts:
+            raise BadInput("no sample has a generated (loss-masked) token to draft after")
+        return EvalReport(draft_name, str(self.verifier), self.k, len(self.files), all_positions, walk,
+                          covered / counted if counted else 0.0)
+
+
 def evaluate(draft: Path, data: Path | None = None, verifier: Path | None = None, k: int | None = None,
              device: str = "cpu", files: list[Path] | None = None) -> EvalReport:
     """Offline acceptance of ``draft`` on the samples of ``data`` (default: its held-out split)."""
-    import torch
-
     from .cpu_attention import attention_for
-    from .train import _import_speculators, load_draft
+    from .draft_model import load_draft
 
     ckpt, train_out = resolve_checkpoint(draft)
     if files is None:
@@ -220,39 +268,10 @@ def evaluate(draft: Path, data: Path | None = None, verifier: Path | None = None
     model = load_draft(ckpt, verifier=verifier)
     config = model.config
     k = k or int(config.speculators_config.proposal_methods[0].speculative_tokens)
-    if k < 1:
-        raise UsageError("-k must be at least 1")
     verifier = Path(verifier or config.speculators_config.verifier.name_or_path)
     config.transformer_layer_config._attn_implementation = attention_for(device)
-    model = model.to(device).eval()
-    norm_w, head_w, eps = (t.to(device) if isinstance(t, torch.Tensor) else t for t in verifier_head(verifier))
-
-    sp = _import_speculators()
-    dataset = sp["Eagle3SampleFileDataset"](max_len=10**9, file_list=[str(f) for f in files])
-    all_positions, walk = Acceptance(), Acceptance()
-    covered = counted = 0
-    t2d, d2t = model.t2d.to(device), model.d2t.to(device)
-    import torch._dynamo
-
-    torch._dynamo.config.disable = True  # speculators decorates forward with torch.compile
-    with torch.no_grad():
-        for idx in range(len(dataset)):
-            s = {key: v.to(device) for key, v in dataset[idx].items()}
-            if s["input_ids"].shape[0] < 2:
-                continue
-            out = model(hidden_states=s["hidden_states"][None], input_ids=s["input_ids"][None],
-                        lengths=s["lengths"], position_ids=s["position_ids"][None], ttt_steps=k)
-            draft_ids = [(d + d2t[d])[0].cpu() for d in out]  # draft vocab -> verifier ids
-            v_ids = verifier_greedy(s["verifier_last_hidden_states"], norm_w, head_w, eps)
-            mask = s["loss_mask"].bool()
-            counted += int(mask.sum())
-            covered += int(t2d[v_ids][mask].sum())
-            score_sample(draft_ids, v_ids.cpu(), mask.cpu(), k, all_positions, walk)
-    if not all_positions.drafts:
-        raise BadInput("no sample has a generated (loss-masked) token to draft after")
-    report = EvalReport(str(ckpt), str(verifier), k, len(files), all_positions, walk,
-                        covered / counted if counted else 0.0)
-    logger.info("offline acceptance per position %s, mean acceptance length %.2f (walk %s)",
+    report = Scorer(files, verifier, device, k).score(model.to(device), str(ckpt))
+    logger.info("offline acceptance per position %s, mean acceptance length %.2f (all starts %s)",
                 [round(x, 3) for x in report.acceptance_per_position], report.mean_acceptance_length,
-                [round(x, 3) for x in walk.per_position])
+                [round(x, 3) for x in report.all_positions.per_position])
     return report

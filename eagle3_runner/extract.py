@@ -326,7 +326,12 @@ def _store(out: Path, row: TokenRow, states: list[Any], n_states: int, hidden: i
 
 
 def default_memory_share() -> float:
-    """0.8 on a GPU, 0.3 on CPU, asked without spoiling vLLM's forks.
+    """0.8 on a GPU, 0.3 on CPU (:func:`has_gpu`)."""
+    return 0.8 if has_gpu() else 0.3
+
+
+def has_gpu() -> bool:
+    """Whether torch sees a CUDA device, asked without spoiling vLLM's forks.
 
     torch's default CUDA check initialises the driver in this process; vLLM then forks its
     EngineCore and workers, which die with "Cannot re-initialize CUDA in forked subprocess" (seen
@@ -338,7 +343,7 @@ def default_memory_share() -> float:
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     import torch
 
-    return 0.8 if torch.cuda.is_available() else 0.3
+    return torch.cuda.is_available()
 
 
 def _progress(total: int) -> Any:

@@ -10,7 +10,11 @@
   ``{"counts": {"token_id": count}, "vocab_size": V, "counted": "assistant tokens"}``.
 * ``prepare``'s other side outputs next to ``TOKENS.jsonl``: ``TOKENS.prepare.json`` (what made
   the file: inputs, template, options, counts), ``TOKENS.template.jinja`` (the chat template
-  used), ``TOKENS.skipped.jsonl`` (``--skip-bad``), ``TOKENS.regenerated.jsonl`` (``--regenerate``).
+  used), ``TOKENS.skipped.jsonl`` (``--skip-bad``), ``TOKENS.regenerated.jsonl`` (``--regenerate``),
+  ``TOKENS.synthesized.jsonl`` (``--synthesize``).
+* ``train``'s outputs next to the draft ``CKPT/0``: ``CKPT/loss.jsonl`` (a record per step),
+  ``CKPT/train_config.json`` (what made the draft, its held-out files), ``CKPT/evals.jsonl``
+  (held-out acceptance during training), ``CKPT/eval.json`` (the saved draft's).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from .errors import BadInput
 
 SAMPLE_RE = re.compile(r"^data_(\d+)\.pt$")
 DATA_CONFIG = "data_config.json"
+LOSS_LOG = "loss.jsonl"
+TRAIN_CONFIG = "train_config.json"
 
 
 def sample_path(out: Path, index: int) -> Path:

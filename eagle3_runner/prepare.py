@@ -33,15 +33,19 @@ from typing import Any
 from .atomic import atomic_open, write_json, write_text
 from .chat_templates import TemplateInfo, load_tokenizer, no_template_error
 from .chat_tokens import RowTokenizer, mask_by_prefix_diff, mask_with_generation_tags  # noqa: F401 - re-exported
-from .errors import BadInput
+from .engine import LazyEngine, capped_model_len
+from .errors import BadInput, UsageError
 from .extract import _load_model_config, _versions
 from .formats import freq_path_for, tokens_sibling, write_freq
-from .readers import BadRow, InputInfo, SourceRow, bad_rows_error, read_rows
-from .regenerate import RegenerateOptions, RegenerateResult, regenerate as regenerate_rows
+from .readers import BadRow, InputInfo, ReadResult, SourceRow, bad_rows_error, read_rows
+from .regenerate import RegenerateOptions, RegenerateResult, engine_options, regenerate as regenerate_rows
+from .synthesize import SynthesizeOptions, SynthesizeResult, synthesize as synthesize_turns
 
 logger = logging.getLogger(__name__)
 
 RECORD, TEMPLATE, SKIPPED, REGENERATED = ".prepare.json", ".template.jinja", ".skipped.jsonl", ".regenerated.jsonl"
+SYNTHESIZED = ".synthesized.jsonl"
+SYNTHESIZED_SOURCE = "synthesized"  # the source name of synthesized rows (their line: the turn's index + 1)
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,14 @@ class PrepareResult:
     template: TemplateInfo | None = None
     inputs: tuple[InputInfo, ...] = ()
     regenerate: RegenerateResult | None = None
+    synthesize: SynthesizeResult | None = None
 
 
 def request(model: Path, data: Path | Sequence[Path], seq_length: int, chat_template: str | None, format: str,
-            skip_bad: bool, regenerate: RegenerateOptions | None) -> dict[str, Any]:
+            skip_bad: bool, regenerate: RegenerateOptions | None,
+            synthesize: SynthesizeOptions | None = None) -> dict[str, Any]:
     """What a prepare run is asked to do (recorded; ``eagle3 run`` redoes prepare when it changes)."""
-    paths = [data] if isinstance(data, (str, Path)) else list(data)
+    paths = [data] if isinstance(data, (str, Path)) else list(data or ())
     inputs = []
     for p in paths:
         st = Path(p).stat() if Path(p).exists() else None
@@ -72,7 +78,8 @@ def request(model: Path, data: Path | Sequence[Path], seq_length: int, chat_temp
                        "mtime_ns": st.st_mtime_ns if st else None})
     return {"model": str(Path(model).absolute()), "data": inputs, "seq_length": seq_length,
             "chat_template": chat_template, "format": format, "skip_bad": skip_bad,
-            "regenerate": asdict(regenerate) if regenerate else None}
+            "regenerate": asdict(regenerate) if regenerate else None,
+            **({"synthesize": asdict(synthesize)} if synthesize else {})}
 
 
 def prepare_is_complete(output: Path, wanted: dict[str, Any]) -> bool:
@@ -86,31 +93,50 @@ def prepare_is_complete(output: Path, wanted: dict[str, Any]) -> bool:
         return False
 
 
-def prepare(model: Path, data: Path | Sequence[Path], output: Path, seq_length: int = 2048, *,
+def prepare(model: Path, data: Path | Sequence[Path] | None, output: Path, seq_length: int = 2048, *,
             chat_template: str | None = None, format: str = "auto", skip_bad: bool = False,
-            regenerate: RegenerateOptions | None = None) -> PrepareResult:
+            regenerate: RegenerateOptions | None = None, synthesize: SynthesizeOptions | None = None) -> PrepareResult:
     if seq_length < 2:
         raise BadInput(f"--seq-length must be at least 2, got {seq_length}")
-    asked = request(model, data, seq_length, chat_template, format, skip_bad, regenerate)
-    read = read_rows(data, format)
+    if not data and not synthesize:
+        raise UsageError("prepare needs --data, --synthesize N, or both")
+    if synthesize and not regenerate:  # synthesized user turns have no answer yet
+        regenerate = RegenerateOptions()
+    asked = request(model, data, seq_length, chat_template, format, skip_bad, regenerate, synthesize)
+    read = read_rows(data, format, open_ended=regenerate is not None) if data else ReadResult()
     bad: list[BadRow] = list(read.bad)
     if bad and not skip_bad:
         raise bad_rows_error(bad)
-    if not read.rows:
+    if not read.rows and not synthesize:
         raise BadInput(f"{', '.join(i.path for i in read.inputs)} holds no usable rows ({len(bad)} bad)")
-    has_chat = any(r.is_chat for r in read.rows)
     tokenizer, info = load_tokenizer(model, chat_template)
-    if has_chat and info is None:
+    if info is None and synthesize:
+        raise no_template_error(model, "--synthesize writes chat turns: it needs a template that says where a "
+                                       "user's message starts")
+    if info is None and any(r.is_chat for r in read.rows):
         raise no_template_error(model)
     vocab_size = int(getattr(_load_model_config(model), "vocab_size", None) or len(tokenizer))
     rt = RowTokenizer(tokenizer)
     output = Path(output)
 
+    engine = None
+    rows = list(read.rows)
+    synth = None
+    if regenerate:
+        engine = LazyEngine(model, engine_options(regenerate), capped_model_len(model, seq_length + regenerate.max_new_tokens))
+    if synthesize:
+        synth = synthesize_turns(model, tokenizer, tokens_sibling(output, SYNTHESIZED), synthesize, engine)
+        rows += [SourceRow(SYNTHESIZED_SOURCE, i + 1, [{"role": "user", "content": q}, {"role": "assistant", "content": ""}])
+                 for i, q in enumerate(synth.prompts)]
+    has_chat = any(r.is_chat for r in rows)
     regen = None
-    items: list[tuple[SourceRow, list[int] | None, str | None]] = [(r, None, None) for r in read.rows]
+    items: list[tuple[SourceRow, list[int] | None, str | None]] = [(r, None, None) for r in rows]
     if regenerate and has_chat:
         opts = replace(regenerate, max_prompt_tokens=regenerate.max_prompt_tokens or seq_length)
-        regen = regenerate_rows(model, read.rows, tokens_sibling(output, REGENERATED), opts, tokenizer)
+        try:
+            regen = regenerate_rows(model, rows, tokens_sibling(output, REGENERATED), opts, tokenizer, engine)
+        finally:
+            engine.close()
         items = [(r.row, r.reply, r.error) for r in regen.rows if r.row.messages is not None or not r.row.is_chat]
         if regen.dropped_rows:
             logger.warning("%d rows dropped: their first prompt alone fills --seq-length %d", regen.dropped_rows, seq_length)
@@ -159,12 +185,13 @@ def prepare(model: Path, data: Path | Sequence[Path], output: Path, seq_length: 
         "mask_method": method,
         "skipped_report": str(report) if report else None,
         "regenerate": regen.record() if regen else None,
+        "synthesize": synth.record() if synth else None,
         "counts": counts,
         "vocab_size": vocab_size,
         "versions": _versions(),
     })
     return PrepareResult(output, freq_file, n_rows, n_tokens, n_masked, n_truncated, method, len(bad), report,
-                         record, info, tuple(read.inputs), regen)
+                         record, info, tuple(read.inputs), regen, synth)
 
 
 def _tokens(rt: RowTokenizer, row: SourceRow, reply: list[int] | None) -> tuple[list[int], list[int]]:

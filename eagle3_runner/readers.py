@@ -137,10 +137,14 @@ def _message(m: Any, k: int) -> dict[str, Any]:
     return out
 
 
-def _conversation(msgs: Any, key: str) -> list[dict[str, Any]]:
+def _conversation(msgs: Any, key: str, open_ended: bool = False) -> list[dict[str, Any]]:
+    """``open_ended`` (the answers are regenerated): a conversation may end with the user's turn,
+    and an empty assistant turn is appended for the verifier to write."""
     if not isinstance(msgs, list) or not msgs:
         raise ValueError(f"'{key}' must be a non-empty list")
     out = [_message(m, k) for k, m in enumerate(msgs)]
+    if open_ended and out[-1]["role"] == "user":
+        return [*out, {"role": "assistant", "content": ""}]
     if out[-1]["role"] != "assistant":
         raise ValueError(f"the conversation ends with a {out[-1]['role']!r} turn; it must end with an assistant turn")
     return out
@@ -178,7 +182,7 @@ def _sharegpt_turn(turn: Any, k: int) -> dict[str, Any]:
     return {"role": SHAREGPT_ROLES[who], "content": value}
 
 
-def parse_row(obj: Any, fmt: str, source: str, line: int) -> SourceRow:
+def parse_row(obj: Any, fmt: str, source: str, line: int, open_ended: bool = False) -> SourceRow:
     """One input object as a :class:`SourceRow` of format ``fmt``; ``ValueError`` says what is wrong."""
     key = FORMAT_KEYS[fmt]
     if not isinstance(obj, dict) or obj.get(key) is None:
@@ -194,8 +198,10 @@ def parse_row(obj: Any, fmt: str, source: str, line: int) -> SourceRow:
         msgs = [_sharegpt_turn(t, k) for k, t in enumerate(turns)]
         if isinstance(obj.get("system"), str) and obj["system"].strip():
             msgs.insert(0, {"role": "system", "content": obj["system"]})
-        return SourceRow(source, line, messages=_conversation(msgs, "conversations"), tools=_tools(obj.get("tools")))
-    return SourceRow(source, line, messages=_conversation(obj["messages"], "messages"), tools=_tools(obj.get("tools")))
+        return SourceRow(source, line, messages=_conversation(msgs, "conversations", open_ended),
+                         tools=_tools(obj.get("tools")))
+    return SourceRow(source, line, messages=_conversation(obj["messages"], "messages", open_ended),
+                     tools=_tools(obj.get("tools")))
 
 
 def detect_format(obj: Any) -> str | None:
@@ -209,8 +215,8 @@ def detect_format(obj: Any) -> str | None:
 class _FileParser:
     """Checks one file's objects; the format is fixed by ``forced`` or by the first row that shows one."""
 
-    def __init__(self, source: str, forced: str | None) -> None:
-        self.source, self.format = source, forced
+    def __init__(self, source: str, forced: str | None, open_ended: bool = False) -> None:
+        self.source, self.format, self.open_ended = source, forced, open_ended
 
     def check(self, obj: Any) -> str | None:
         if self.format is None:
@@ -218,14 +224,14 @@ class _FileParser:
             if self.format is None:
                 return "no 'messages', 'conversations' or 'text' key (or pass --format)"
         try:
-            parse_row(obj, self.format, self.source, 0)
+            parse_row(obj, self.format, self.source, 0, self.open_ended)
         except ValueError as exc:
             return str(exc)
         return None
 
     def row(self, line: int, obj: Any) -> SourceRow:
         assert self.format is not None
-        return parse_row(obj, self.format, self.source, line)
+        return parse_row(obj, self.format, self.source, line, self.open_ended)
 
 
 # --- containers ------------------------------------------------------------------------------
@@ -268,9 +274,9 @@ def _dataset_records(path: Path) -> Iterable[dict[str, Any]]:
     return ds
 
 
-def _read_one(path: Path, fmt: str | None, result: ReadResult) -> None:
+def _read_one(path: Path, fmt: str | None, result: ReadResult, open_ended: bool) -> None:
     container = container_of(path)
-    parser = _FileParser(str(path), fmt)
+    parser = _FileParser(str(path), fmt, open_ended)
     if container == "jsonl":
         accepted, bad = scan_checked_lines(path, parser.check, blank_ok=True)
     else:
@@ -290,11 +296,12 @@ def _read_one(path: Path, fmt: str | None, result: ReadResult) -> None:
     result.inputs.append(InputInfo(str(path), container, parser.format, len(rows), len(bad)))
 
 
-def read_rows(paths: Path | Sequence[Path], fmt: str = "auto") -> ReadResult:
-    """Every row of every input, with the bad ones set aside (the caller stops or skips)."""
+def read_rows(paths: Path | Sequence[Path], fmt: str = "auto", open_ended: bool = False) -> ReadResult:
+    """Every row of every input, with the bad ones set aside (the caller stops or skips);
+    ``open_ended``: conversations may end with a user turn (prompts to regenerate answers for)."""
     if fmt not in ("auto", *FORMATS):
         raise UsageError(f"--format must be auto or one of {', '.join(FORMATS)}, got {fmt!r}")
     result = ReadResult()
     for path in [paths] if isinstance(paths, (str, Path)) else paths:
-        _read_one(Path(path), None if fmt == "auto" else fmt, result)
+        _read_one(Path(path), None if fmt == "auto" else fmt, result, open_ended)
     return result

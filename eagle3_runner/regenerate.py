@@ -22,8 +22,7 @@ with the generation prompt; sampling is greedy by default.
   loses at most the batch in flight.  Rows are keyed by a hash of their content; a row that had
   turns dropped for length is redone when the prompt limit grows.
 
-Engine: float32 on CPU when the model is float32 and ``dtype`` is ``auto`` (vLLM's CPU build
-would run it in bfloat16), ``gpu_memory_utilization`` 0.8 on GPUs and 0.3 on CPU by default.
+Engine: :mod:`eagle3_runner.engine` (its own, or one shared with synthesis).
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from typing import Any
 from .chat_templates import end_of_turn, load_tokenizer, no_template_error
 from .chat_tokens import RowTokenizer
 from .errors import UsageError
-from .extract import default_memory_share, _load_model_config
+from .engine import EngineOptions, LazyEngine, capped_model_len
 from .readers import SourceRow
 from .regen_store import SideFile
 
@@ -53,7 +52,7 @@ class RegenerateOptions:
     top_p: float = 1.0
     max_new_tokens: int = 512
     seed: int = 0  # sampling: request seed = seed + a hash of the row, so resumes and batching agree
-    batch_size: int = 256  # rows whose turns go to the engine together; the side file grows per batch
+    batch_size: int = 1024  # rows whose turns go to the engine together; the side file grows per batch
     chat_template: str | None = None  # as prepare's --chat-template (when no tokenizer is passed)
     stop_token_ids: tuple[int, ...] = ()  # besides the end-of-turn marker and EOS
     max_prompt_tokens: int | None = None
@@ -205,8 +204,9 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
 
 
 def regenerate(model: Path, rows: Sequence[SourceRow], out: Path, options: RegenerateOptions = RegenerateOptions(),
-               tokenizer: Any = None) -> RegenerateResult:
-    """Regenerate the chat rows of ``rows`` (text rows pass through), resumable through ``out``."""
+               tokenizer: Any = None, engine: LazyEngine | None = None) -> RegenerateResult:
+    """Regenerate the chat rows of ``rows`` (text rows pass through), resumable through ``out``;
+    ``engine``: a shared engine (its ``max_model_len`` must hold the prompt limit + new tokens)."""
     _check(options)
     model = Path(model)
     if tokenizer is None:
@@ -233,7 +233,7 @@ def regenerate(model: Path, rows: Sequence[SourceRow], out: Path, options: Regen
             slots.append(None)
             jobs[i] = _Job(row, key)
     if jobs:
-        _run(model, rt, list(jobs.values()), side, options, stop_ids, stop, result)
+        _run(model, rt, list(jobs.values()), side, options, stop_ids, stop, result, engine)
         for i, job in jobs.items():
             slots[i] = RegeneratedRow(replace(job.row, messages=job.messages), tuple(job.turns), job.error)
         result.regenerated = sum(1 for j in jobs.values() if not j.error)
@@ -274,26 +274,9 @@ def _count(result: RegenerateResult, tokenizer: Any, stop_ids: set[int], stop: l
     result.dtype = ",".join(sorted(ran)) or None
 
 
-def engine_dtype(requested: str, config: Any, on_cpu: bool) -> str:
-    """``auto`` means float32 for a float32 model on CPU (vLLM's CPU build would pick bfloat16)."""
-    if requested != "auto" or not on_cpu:
-        return requested
-    have = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    return "float32" if str(have).removeprefix("torch.") == "float32" else requested
-
-
-def _make_llm(model: Path, o: RegenerateOptions, max_model_len: int) -> tuple[Any, str]:
-    share = o.gpu_memory_utilization or default_memory_share()  # sets torch's NVML-based CUDA check
-    import torch
-
-    on_cpu = not torch.cuda.is_available()
-    dtype = engine_dtype(o.dtype, _load_model_config(model), on_cpu)
-    from vllm import LLM
-
-    llm = LLM(model=str(model), dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=o.tensor_parallel_size,
-              gpu_memory_utilization=share, enforce_eager=on_cpu, seed=o.seed)
-    ran = str(llm.llm_engine.model_config.dtype).removeprefix("torch.")
-    return llm, ran
+def engine_options(o: RegenerateOptions) -> EngineOptions:
+    return EngineOptions(dtype=o.dtype, tensor_parallel_size=o.tensor_parallel_size,
+                         gpu_memory_utilization=o.gpu_memory_utilization, seed=o.seed)
 
 
 def _max_model_len(model: Path, rt: RowTokenizer, jobs: list[_Job], o: RegenerateOptions) -> int:
@@ -302,9 +285,7 @@ def _max_model_len(model: Path, rt: RowTokenizer, jobs: list[_Job], o: Regenerat
     limit = o.max_prompt_tokens
     if limit is None:  # the longest conversation as it is: its regenerated prompts are about as long
         limit = max(_rendered_len(rt, j.row) for j in jobs)
-    want = -(-(limit + o.max_new_tokens) // 32) * 32
-    cap = getattr(_load_model_config(model), "max_position_embeddings", None)
-    return min(want, int(cap)) if cap else want
+    return capped_model_len(model, limit + o.max_new_tokens)
 
 
 def _rendered_len(rt: RowTokenizer, row: SourceRow) -> int:
@@ -315,13 +296,16 @@ def _rendered_len(rt: RowTokenizer, row: SourceRow) -> int:
 
 
 def _run(model: Path, rt: RowTokenizer, jobs: list[_Job], side: SideFile, o: RegenerateOptions,
-         stop_ids: list[int], stop: list[str], result: RegenerateResult) -> None:
+         stop_ids: list[int], stop: list[str], result: RegenerateResult, engine: LazyEngine | None) -> None:
     from vllm import SamplingParams
 
     from .progress import bar
 
-    max_len = _max_model_len(model, rt, jobs, o)
-    llm, result.dtype = _make_llm(model, o, max_len)
+    own = engine is None
+    if engine is None:
+        engine = LazyEngine(model, engine_options(o), _max_model_len(model, rt, jobs, o))
+    llm, max_len = engine.get(), engine.max_model_len
+    result.dtype = engine.dtype
     limit = min(o.max_prompt_tokens or max_len, max_len - 1)
     stop_set = set(stop_ids)
     total = sum(len(_regenerable(j.messages or [], 0)) for j in jobs)
@@ -366,3 +350,5 @@ def _run(model: Path, rt: RowTokenizer, jobs: list[_Job], side: SideFile, o: Reg
         result.seconds = time.monotonic() - started
     finally:
         del llm
+        if own:
+            engine.close()

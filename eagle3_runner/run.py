@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import BadInput, UsageError
 from .evaluate import EVAL_FILE
 from .extract import ExtractOptions, ExtractResult, extract, parse_shard
-from .formats import freq_path_for
+from .formats import TRAIN_CONFIG, freq_path_for
 from .prepare import PrepareResult, prepare, prepare_is_complete
 from .prepare import request as prepare_request
 from .regenerate import RegenerateOptions
+from .synthesize import SynthesizeOptions
 from .train import TrainOptions, TrainResult, checkpoint_is_complete, read_losses, train
 from .vocab import build_vocab, vocab_is_complete
 
@@ -42,7 +43,13 @@ model = "/models/Meta-Llama-3.1-8B-Instruct"
 
 [prepare]
 data = "data/chat.jsonl"          # or a list; JSON lines, Parquet or a datasets folder (save_to_disk) of
-                                  # {"messages": [...]}, ShareGPT {"conversations": [...]} or {"text": ...} rows
+                                  # {"messages": [...]}, ShareGPT {"conversations": [...]} or {"text": ...} rows;
+                                  # optional with synthesize
+# synthesize = 20000              # add N user turns written by the model itself (Magpie), answered by it
+                                  # (implies regenerate; resumable: WORKDIR/tokens.synthesized.jsonl)
+# synthesize_max_tokens = 256     # a user turn reaching this many tokens is dropped as overlong
+# synthesize_temperature = 1.0
+# synthesize_top_p = 1.0
 seq_length = 2048                 # truncate rows to this many tokens
 # chat_template = "chatml"        # a .jinja file or llama-3 | chatml | deepseek | kimi (default: the tokenizer's)
 # format = "auto"                 # "auto" (detected per file) | "messages" | "sharegpt" | "text"
@@ -53,7 +60,7 @@ regenerate = true                 # assistant turns replaced by the model's own 
 # top_p = 1.0
 # max_new_tokens = 512
 # seed = 0
-# regenerate_batch_size = 256     # rows per engine batch and side-file append
+# regenerate_batch_size = 1024    # rows per engine batch and side-file append
 
 [extract]
 backend = "vllm"                  # "vllm" (speculators' generator, patched), "vllm-fast" (worker writes files) or "hf"
@@ -67,19 +74,23 @@ tensor_parallel_size = 1
 # site_packages = "/opt/speculators-site"   # where the patched speculators lives
 
 [vocab]
-draft_vocab_size = 32000
+# draft_vocab_size = 32000        # default: the smallest multiple of 1024 holding 99% of the verifier's greedy tokens
 # target_vocab_size = 128256      # default: the model's vocab_size (recorded by prepare)
 # from_verifier = true            # rank tokens by the verifier's top-1 predictions first (default)
 
 [train]
-steps = 1000
-device = "cuda"                   # "cuda" or "cpu"
-lr = 1e-4
+epochs = 2                        # passes over the samples (or steps = N)
+# device = "auto"                 # "auto" (cuda when a GPU is seen), "cuda" or "cpu"
+# loop = "auto"                   # "fast" (the runner's loop: ~10x on a GPU), "speculators", auto: fast on CUDA
+# lr = 1e-3                       # peak learning rate
+# warmup = 0.05                   # a share of the steps (< 1) or a number of steps
+# scheduler = "linear"            # decay after the warm-up: "linear", "cosine" or "none"
+# eval_every = 200                # held-out acceptance every N steps, the best weights saved (default: 5 times)
 seed = 0
 num_layers = 1                    # draft decoder layers
 max_len = 2048                    # tokens per packed batch
 nproc = 1                         # > 1: runs under torchrun (FSDP; gloo on CPU, nccl on CUDA)
-# val_fraction = 0.1              # held out for the offline acceptance evaluation (eval.json)
+# val_fraction = 0.1              # held out for the acceptance evaluation (eval.json), at most 512 samples
 
 [serve_check]                     # vLLM serves the draft on the held-out turns (serve_check.json)
 enabled = true
@@ -148,12 +159,13 @@ def _toml_load(path: Path) -> dict[str, Any]:
 _KNOWN = {
     "": {"workdir", "model", "prepare", "extract", "vocab", "train", "serve_check"},
     "prepare": {"data", "seq_length", "chat_template", "format", "skip_bad", "regenerate", "temperature", "top_p",
-                "max_new_tokens", "seed", "regenerate_batch_size"},
+                "max_new_tokens", "seed", "regenerate_batch_size", "synthesize", "synthesize_max_tokens",
+                "synthesize_temperature", "synthesize_top_p"},
     "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
                 "site_packages", "gpu_memory_utilization", "sync"},
     "vocab": {"draft_vocab_size", "target_vocab_size", "from_verifier"},
-    "train": {"steps", "device", "lr", "seed", "num_layers", "max_len", "nproc", "ttt_steps", "scheduler",
-              "noise_std", "val_fraction"},
+    "train": {"steps", "epochs", "device", "lr", "warmup", "eval_every", "max_minutes", "loop", "precision", "seed", "num_layers",
+              "max_len", "nproc", "ttt_steps", "scheduler", "noise_std", "val_fraction"},
     "serve_check": {"enabled", "tolerance", "dtype"},
 }
 
@@ -172,13 +184,11 @@ def load_config(path: Path) -> PipelineConfig:
         if key not in raw:
             raise BadInput(f"{path}: '{key}' is required")
     prep = raw.get("prepare", {})
-    if "data" not in prep:
-        raise BadInput(f"{path}: [prepare] data is required")
-    if "draft_vocab_size" not in raw.get("vocab", {}):
-        raise BadInput(f"{path}: [vocab] draft_vocab_size is required")
-    data = prep["data"]
-    if not (isinstance(data, str) or (isinstance(data, list) and data and all(isinstance(d, str) for d in data))):
-        raise BadInput(f"{path}: [prepare] data must be a path or a non-empty list of paths")
+    if "data" not in prep and "synthesize" not in prep:
+        raise BadInput(f"{path}: [prepare] needs data, synthesize, or both")
+    data = prep.get("data", [])
+    if not (isinstance(data, str) or (isinstance(data, list) and all(isinstance(d, str) for d in data))):
+        raise BadInput(f"{path}: [prepare] data must be a path or a list of paths")
     return PipelineConfig(
         workdir=base / raw["workdir"],
         model=base / raw["model"],
@@ -195,7 +205,8 @@ def load_config(path: Path) -> PipelineConfig:
 _PREPARE_TYPES: dict[str, tuple[type, ...]] = {
     "chat_template": (str,), "format": (str,), "skip_bad": (bool,), "regenerate": (bool,),
     "temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,), "seed": (int,),
-    "regenerate_batch_size": (int,),
+    "regenerate_batch_size": (int,), "synthesize": (int,), "synthesize_max_tokens": (int,),
+    "synthesize_temperature": (int, float), "synthesize_top_p": (int, float),
 }
 
 
@@ -213,15 +224,26 @@ def _prepare_keys(prep: dict[str, Any], base: Path) -> dict[str, Any]:
 
 def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None:
     p, ex = cfg.prepare, cfg.extract
+    d = RegenerateOptions()
     regen = RegenerateOptions(
-        temperature=float(p.get("temperature", 0.0)), top_p=float(p.get("top_p", 1.0)),
-        max_new_tokens=int(p.get("max_new_tokens", 512)), seed=int(p.get("seed", 0)),
-        batch_size=int(p.get("regenerate_batch_size", 256)), dtype=ex.get("dtype", "auto"),
+        temperature=float(p.get("temperature", d.temperature)), top_p=float(p.get("top_p", d.top_p)),
+        max_new_tokens=int(p.get("max_new_tokens", d.max_new_tokens)), seed=int(p.get("seed", d.seed)),
+        batch_size=int(p.get("regenerate_batch_size", d.batch_size)), dtype=ex.get("dtype", "auto"),
         tensor_parallel_size=int(ex.get("tensor_parallel_size", 1)),
         gpu_memory_utilization=ex.get("gpu_memory_utilization"),
-    ) if p.get("regenerate", True) else None
+    ) if p.get("regenerate", True) or p.get("synthesize") else None
+    synth = None
+    if p.get("synthesize"):
+        ds = SynthesizeOptions(count=int(p["synthesize"]))
+        synth = SynthesizeOptions(
+            count=int(p["synthesize"]), max_tokens=int(p.get("synthesize_max_tokens", ds.max_tokens)),
+            temperature=float(p.get("synthesize_temperature", ds.temperature)),
+            top_p=float(p.get("synthesize_top_p", ds.top_p)), seed=int(p.get("seed", ds.seed)),
+            batch_size=int(p.get("regenerate_batch_size", ds.batch_size)))
     kw: dict[str, Any] = dict(chat_template=p.get("chat_template"), format=p.get("format", "auto"),
                               skip_bad=bool(p.get("skip_bad", False)), regenerate=regen)
+    if synth:
+        kw["synthesize"] = synth
     wanted = prepare_request(cfg.model, cfg.data, cfg.seq_length, **kw)
     if not force and prepare_is_complete(cfg.tokens, wanted):
         res.skipped.append("prepare")
@@ -260,22 +282,16 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
         res.skipped.append("vocab")
         logger.info("vocab: %s is complete, skipped", cfg.vocab_dir)
     else:
-        build_vocab(freq_path_for(cfg.tokens), voc.get("target_vocab_size"), int(voc["draft_vocab_size"]), cfg.vocab_dir,
+        size = voc.get("draft_vocab_size")
+        build_vocab(freq_path_for(cfg.tokens), voc.get("target_vocab_size"), int(size) if size else None, cfg.vocab_dir,
                     data=cfg.hidden_states if voc.get("from_verifier", True) else None)
 
     tr = cfg.train
-    steps = int(tr.get("steps", 100))
-    if not force and checkpoint_is_complete(cfg.checkpoint, steps):
+    opts = train_options(cfg)
+    if not force and checkpoint_is_complete(cfg.checkpoint, trained_steps_wanted(cfg.checkpoint, opts)):
         res.skipped.append("train")
         logger.info("train: %s is complete, skipped", cfg.checkpoint)
     else:
-        opts = TrainOptions(
-            data=cfg.hidden_states, vocab=cfg.vocab_dir, verifier=cfg.model, output=cfg.checkpoint, steps=steps,
-            device=tr.get("device", "cpu"), lr=float(tr.get("lr", 1e-4)), seed=int(tr.get("seed", 0)),
-            num_layers=int(tr.get("num_layers", 1)), max_len=int(tr.get("max_len", 2048)),
-            ttt_steps=int(tr.get("ttt_steps", 3)), scheduler=tr.get("scheduler", "linear"),
-            noise_std=float(tr.get("noise_std", 0.0)), val_fraction=float(tr.get("val_fraction", 0.1)),
-        )
         nproc = int(tr.get("nproc", 1))
         if nproc > 1:
             from .launch import torchrun_train
@@ -287,8 +303,33 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
     res.losses = read_losses(cfg.checkpoint)
     res.offline = _read_json(cfg.checkpoint / EVAL_FILE)
     if res.offline is not None and cfg.serve_check.get("enabled", True):
-        res.served = _serve_step(cfg, res, force, k=int(tr.get("ttt_steps", 3)))
+        res.served = _serve_step(cfg, res, force, k=opts.ttt_steps)
     return res
+
+
+def train_options(cfg: PipelineConfig) -> TrainOptions:
+    """``[train]`` as :class:`TrainOptions` (the runner's defaults for every key not given)."""
+    tr, d = cfg.train, TrainOptions(data=cfg.hidden_states, vocab=cfg.vocab_dir, verifier=cfg.model,
+                                    output=cfg.checkpoint)
+    return replace(
+        d, steps=int(tr.get("steps", d.steps)), epochs=float(tr["epochs"]) if "epochs" in tr else None,
+        device=str(tr.get("device", d.device)), lr=float(tr.get("lr", d.lr)), warmup=float(tr.get("warmup", d.warmup)),
+        eval_every=int(tr["eval_every"]) if "eval_every" in tr else None, loop=str(tr.get("loop", d.loop)),
+        max_minutes=float(tr["max_minutes"]) if "max_minutes" in tr else None,
+        precision=str(tr.get("precision", d.precision)), seed=int(tr.get("seed", d.seed)),
+        num_layers=int(tr.get("num_layers", d.num_layers)), max_len=int(tr.get("max_len", d.max_len)),
+        ttt_steps=int(tr.get("ttt_steps", d.ttt_steps)), scheduler=str(tr.get("scheduler", d.scheduler)),
+        noise_std=float(tr.get("noise_std", d.noise_std)), val_fraction=float(tr.get("val_fraction", d.val_fraction)),
+    )
+
+
+def trained_steps_wanted(output: Path, opts: TrainOptions) -> int | None:
+    """The steps a finished run of ``opts`` logs: ``steps``, or with ``epochs`` what the earlier
+    run resolved them to (recorded in its train_config.json, if it was made with the same epochs)."""
+    if opts.epochs is None:
+        return opts.steps
+    done = _read_json(Path(output) / TRAIN_CONFIG) or {}
+    return int(done["steps"]) if done.get("epochs") == opts.epochs and done.get("steps") else 10**12
 
 
 def acceptance_problem(cfg: PipelineConfig, res: PipelineResult) -> str | None:

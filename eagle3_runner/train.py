@@ -26,18 +26,20 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .draft_model import _import_speculators, draft_layer_config, load_draft  # noqa: F401 - re-exported
 from .errors import BadInput, EnvironmentProblem, UsageError
-from .formats import DATA_CONFIG, iter_sample_files
+from .formats import DATA_CONFIG, LOSS_LOG, TRAIN_CONFIG, iter_sample_files
 from .vocab import load_vocab
 
 logger = logging.getLogger(__name__)
 
-LOSS_LOG = "loss.jsonl"
-TRAIN_CONFIG = "train_config.json"
+DEFAULT_LR = 1e-3  # measured: see the README's "training recipe" (1e-4 does not flatten in short runs)
+DEFAULT_WARMUP = 0.05  # share of the steps the learning rate warms up over
+MAX_VAL_SAMPLES = 512  # the held-out split's cap: enough to measure acceptance, cheap to score often
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,8 @@ class TrainOptions:
     verifier: Path
     output: Path
     steps: int = 100
-    device: str = "cpu"
-    lr: float = 1e-4
+    device: str = "auto"  # cuda when torch sees a GPU, else cpu
+    lr: float = DEFAULT_LR
     seed: int = 0
     num_layers: int = 1
     ttt_steps: int = 3
@@ -57,9 +59,13 @@ class TrainOptions:
     scheduler: str = "linear"
     noise_std: float = 0.0  # uniform noise on the input states (speculators' AddUniformNoise)
     compile: bool = False
-    loop: str = "speculators"  # "fast": eagle3_runner.train_loop; "speculators": its Trainer loop as is
+    loop: str = "auto"  # "fast": eagle3_runner.train_loop; "speculators": its Trainer loop as is; auto: fast on CUDA
     precision: str = "auto"  # fast loop: "bf16" autocast (auto on CUDA) or "fp32" (auto on CPU)
-    val_fraction: float = 0.1  # samples held out for the end-of-training acceptance evaluation
+    val_fraction: float = 0.1  # samples held out for acceptance (at most MAX_VAL_SAMPLES)
+    epochs: float | None = None  # passes over the training samples; overrides steps when given
+    warmup: float = DEFAULT_WARMUP  # warm-up: a share of the steps (< 1) or a number of steps
+    eval_every: int | None = None  # held-out acceptance every N steps, best kept (None: 5 times; 0: off)
+    max_minutes: float | None = None  # fast loop: stop after this long (the schedule is not shortened)
 
 
 @dataclass
@@ -68,6 +74,7 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)
     world_size: int = 1
     evaluation: Any = None  # evaluate.EvalReport on the held-out split (rank 0), or None
+    steps: int = 0
 
 
 def split_files(files: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
@@ -78,17 +85,20 @@ def split_files(files: list[str], fraction: float, seed: int) -> tuple[list[str]
         raise UsageError(f"--val-fraction must be in [0, 1), got {fraction}")
     order = sorted(files)
     random.Random(seed).shuffle(order)
-    n_val = min(len(order) - 1, max(1, round(fraction * len(order)))) if fraction > 0 and len(order) > 1 else 0
+    n_val = min(len(order) - 1, MAX_VAL_SAMPLES, max(1, round(fraction * len(order)))) \
+        if fraction > 0 and len(order) > 1 else 0
     return sorted(order[n_val:]), sorted(order[:n_val])
 
 
 class _LossRecorder(logging.Handler):
-    """Receives speculators' per-step metrics records and appends them to ``loss.jsonl``."""
+    """Receives speculators' per-step metrics records and appends them to ``loss.jsonl``; each
+    step is also handed to ``on_step`` (the step clock, the held-out evaluation)."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(logging.INFO)
         self.path = path
         self.losses: list[float] = []
+        self.on_step: list[Any] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         self.fh = path.open("w", encoding="utf-8")
 
@@ -102,7 +112,8 @@ class _LossRecorder(logging.Handler):
         self.fh.write(json.dumps({"step": step, "loss": metrics["loss"], "lr": msg.get("lr"), **{
             k: v for k, v in metrics.items() if k != "loss"}}) + "\n")
         self.fh.flush()
-        logger.info("step %d loss %.4f", step, metrics["loss"])
+        for fn in self.on_step:
+            fn(step, float(metrics["loss"]))
 
     def close(self) -> None:
         self.fh.close()
@@ -136,58 +147,12 @@ class _StepsSampler:
             epoch += 1
 
 
-def _import_speculators() -> dict[str, Any]:
-    try:
-        from speculators.config import SpeculatorsConfig, VerifierConfig
-        from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
-        from speculators.proposals.greedy import GreedyTokenProposalConfig
-        from speculators.train import trainer as trainer_mod
-        from speculators.train.data import Eagle3SampleFileDataset, create_collate_fn
-        from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
-        from speculators.train.noise_transforms import AddUniformNoise
-        from speculators.train.utils import apply_fully_sharded
-    except Exception as exc:  # noqa: BLE001 - unpatched speculators fails in several ways
-        raise EnvironmentProblem(
-            f"speculators' training classes are not importable ({type(exc).__name__}: {exc})",
-            hint="install speculators into DIR, patch it (python -m vllm_compat apply --site-packages DIR) "
-            "and put DIR on PYTHONPATH",
-        ) from None
-    return locals()
-
-
 def _data_layer_ids(data: Path) -> list[int]:
     try:
         cfg = json.loads((Path(data) / DATA_CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise BadInput(f"{data} has no readable {DATA_CONFIG} (run eagle3 extract first): {exc}") from None
     return list(cfg["layer_ids"])
-
-
-def draft_layer_config(verifier: Path, num_layers: int, attn_implementation: str) -> Any:
-    """A Llama decoder-layer config with the verifier's sizes (what speculators' script builds)."""
-    from transformers import AutoConfig, LlamaConfig
-
-    vc = AutoConfig.from_pretrained(str(verifier))
-    vc = getattr(vc, "text_config", None) or vc
-    heads = vc.num_attention_heads
-    kv_heads = getattr(vc, "num_key_value_heads", None) or heads
-    cfg = LlamaConfig(
-        vocab_size=vc.vocab_size,
-        hidden_size=vc.hidden_size,
-        intermediate_size=vc.intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads if heads % kv_heads == 0 else heads,
-        head_dim=vc.hidden_size // heads,
-        max_position_embeddings=vc.max_position_embeddings,
-        rms_norm_eps=getattr(vc, "rms_norm_eps", 1e-6),
-        rope_parameters=getattr(vc, "rope_parameters", None),
-        pad_token_id=getattr(vc, "pad_token_id", None),
-        bos_token_id=getattr(vc, "bos_token_id", None),
-        eos_token_id=getattr(vc, "eos_token_id", None),
-    )
-    cfg._attn_implementation = attn_implementation
-    return cfg
 
 
 def _setup_distributed(device: str) -> tuple[int, int, bool]:
@@ -207,14 +172,19 @@ def _setup_distributed(device: str) -> tuple[int, int, bool]:
 
 
 def train(opts: TrainOptions) -> TrainResult:
-    if opts.steps < 1:
+    if opts.steps < 1 and opts.epochs is None:
         raise UsageError("--steps must be at least 1")
+    if opts.device == "auto":
+        from .extract import has_gpu
+
+        opts = replace(opts, device="cuda" if has_gpu() else "cpu")
     if opts.device not in ("cpu", "cuda"):
-        raise UsageError("--device must be cpu or cuda")
-    from .train_loop import LOOPS, PRECISIONS, fast_setup, wants_compile
+        raise UsageError("--device must be auto, cpu or cuda")
+    from .train_loop import LOOPS, PRECISIONS, fast_setup, resolve_loop, wants_compile
 
     if opts.loop not in LOOPS or opts.precision not in PRECISIONS:
         raise UsageError(f"--loop must be one of {LOOPS}, --precision one of {PRECISIONS}")
+    opts = replace(opts, loop=resolve_loop(opts.loop, opts.device))
     import torch
 
     if opts.device == "cuda" and not torch.cuda.is_available():
@@ -223,6 +193,9 @@ def train(opts: TrainOptions) -> TrainResult:
         import torch._dynamo
 
         torch._dynamo.config.disable = True  # speculators decorates forward with torch.compile
+    import time
+
+    started = time.monotonic()
     sp = _import_speculators()
     rank, world, distributed = _setup_distributed(opts.device)
     torch.manual_seed(opts.seed)
@@ -264,7 +237,8 @@ def train(opts: TrainOptions) -> TrainResult:
     )
     from torch.utils.data import DataLoader
 
-    batches = _StepsSampler(inner, opts.steps)
+    steps = resolve_steps(opts, inner)
+    batches = _StepsSampler(inner, steps)
     loader = DataLoader(dataset, batch_sampler=batches, collate_fn=sp["create_collate_fn"](opts.max_len))
 
     trainer_mod = sp["trainer_mod"]
@@ -280,8 +254,23 @@ def train(opts: TrainOptions) -> TrainResult:
                            "use_off_policy_tokens": False},
         val_call_kwargs={"ttt_steps": opts.ttt_steps, "ttt_step_loss_decay": opts.ttt_step_loss_decay},
         scheduler_type=opts.scheduler,
+        scheduler_warmup_steps=warmup_steps(opts.warmup, steps),
+        scheduler_total_steps=steps,
     )
+    from .train_eval import EVALS, BestKeeper, StepClock, default_eval_every, keeping_best
+
     recorder = _LossRecorder(Path(opts.output) / LOSS_LOG) if rank == 0 else None
+    keeper = None
+    if recorder:
+        recorder.on_step.append(StepClock(steps).tick)
+    every = default_eval_every(steps) if opts.eval_every is None else opts.eval_every
+    if every < 0:
+        raise UsageError(f"--eval-every must be >= 0, got {every}")
+    if rank == 0 and val_files and not distributed and every > 0:
+        from .evaluate import Scorer
+
+        keeper = BestKeeper(Scorer([Path(f) for f in val_files], Path(opts.verifier), opts.device, opts.ttt_steps),
+                            every, Path(opts.output) / EVALS)
     metrics_logger = logging.getLogger("speculators.metrics")
     if recorder:
         metrics_logger.addHandler(recorder)
@@ -291,8 +280,16 @@ def train(opts: TrainOptions) -> TrainResult:
         if opts.loop == "fast":
             loader, trainer_cls = fast_setup(trainer_cls, files, batches, max_len=opts.max_len, num_layers=len(layer_ids),
                                              hidden_size=layer_cfg.hidden_size, device=opts.device,
-                                             precision=opts.precision, transform=transform)
+                                             precision=opts.precision, transform=transform,
+                                             deadline=started + 60 * opts.max_minutes if opts.max_minutes else None)
+        elif opts.max_minutes:
+            raise UsageError("--max-minutes needs --loop fast")
+        if keeper:
+            trainer_cls = keeping_best(trainer_cls, keeper)
         trainer = trainer_cls(model, trainer_config, loader, None)
+        if keeper and recorder:
+            keeper.autocast = getattr(trainer, "autocast", None)  # the fast loop's bf16 autocast
+            recorder.on_step.append(lambda step, _loss: keeper.maybe(trainer.model, trainer.global_step))
         trainer.run_training()
     finally:
         if recorder:
@@ -305,7 +302,9 @@ def train(opts: TrainOptions) -> TrainResult:
         write_json(Path(opts.output) / TRAIN_CONFIG, {
             "checkpoint": str(checkpoint.absolute()), "verifier": str(Path(opts.verifier).absolute()),
             "data": str(Path(opts.data).absolute()), "vocab": str(Path(opts.vocab).absolute()),
-            "aux_layer_ids": layer_ids[:-1], "steps": opts.steps, "lr": opts.lr, "seed": opts.seed,
+            "aux_layer_ids": layer_ids[:-1], "steps": steps, "epochs": opts.epochs, "lr": opts.lr,
+            "warmup_steps": warmup_steps(opts.warmup, steps), "scheduler": opts.scheduler, "seed": opts.seed,
+            "best_step": keeper.best_step if keeper else None,
             "device": opts.device, "world_size": world, "num_layers": opts.num_layers, "ttt_steps": opts.ttt_steps,
             "max_len": opts.max_len, "attention": attn, "loop": opts.loop, "precision": opts.precision,
             "train_samples": len(files),
@@ -319,7 +318,31 @@ def train(opts: TrainOptions) -> TrainResult:
     evaluation = None
     if rank == 0 and val_files:
         evaluation = evaluate_heldout(opts.output, opts.device, opts.ttt_steps)
-    return TrainResult(checkpoint, recorder.losses if recorder else [], world, evaluation)
+    return TrainResult(checkpoint, recorder.losses if recorder else [], world, evaluation, steps)
+
+
+def warmup_steps(warmup: float, steps: int) -> int:
+    """``warmup`` as steps: a share of ``steps`` when below 1, else a count (at least one step)."""
+    if warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {warmup}")
+    return max(1, min(steps, round(warmup * steps) if warmup < 1 else int(warmup)))
+
+
+def resolve_steps(opts: TrainOptions, sampler: Any) -> int:
+    """``opts.steps``, or ``epochs`` passes over the packed batches of one sampler epoch."""
+    if opts.epochs is None:
+        return opts.steps
+    if opts.epochs <= 0:
+        raise UsageError(f"--epochs must be > 0, got {opts.epochs}")
+    import math
+
+    sampler.set_epoch(0)
+    per_epoch = sum(1 for _ in iter(sampler))
+    if not per_epoch:
+        raise BadInput("no training batch could be formed from the samples")
+    steps = max(1, math.ceil(opts.epochs * per_epoch))
+    logger.info("%g epochs of %d packed batches: %d steps", opts.epochs, per_epoch, steps)
+    return steps
 
 
 def evaluate_heldout(output: Path, device: str, k: int) -> Any:
@@ -355,30 +378,6 @@ def _cpu_trainer(base: type, apply_fully_sharded: Any) -> type:
             return None
 
     return CpuTrainer
-
-
-def load_draft(checkpoint: Path, verifier: Path | None = None) -> Any:
-    """A saved draft as speculators' ``Eagle3DraftModel`` (config through speculators' config
-    class, ``d2t``/``t2d`` from the checkpoint; the verifier's embeddings and lm_head are read
-    from the verifier the config names, as speculators' checkpointer does, or from ``verifier``)."""
-    from safetensors.torch import load_file
-
-    sp = _import_speculators()
-    config = sp["Eagle3SpeculatorConfig"].from_pretrained(str(checkpoint))
-    if verifier is not None:
-        config.speculators_config.verifier.name_or_path = str(Path(verifier).absolute())
-    state = load_file(str(Path(checkpoint) / "model.safetensors"))
-    if "d2t" not in state or "t2d" not in state:
-        raise BadInput(f"{checkpoint} has no d2t/t2d")
-    model = sp["Eagle3DraftModel"](config=config, t2d=state["t2d"].bool(), d2t=state["d2t"].long())
-    floats = {k: v.to(model.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()}
-    missing, unexpected = model.load_state_dict(floats, strict=False)
-    # the verifier's parts (embeddings, teacher head, ...) are not saved: speculators' own lists
-    not_saved = set(getattr(model, "_keys_to_ignore_on_save", None) or ()) | set(
-        getattr(model, "_keys_to_ignore_on_load_missing", None) or ())
-    if unexpected or set(missing) - not_saved:
-        raise BadInput(f"{checkpoint}: unexpected keys {unexpected}, missing {sorted(set(missing) - not_saved)}")
-    return model
 
 
 def read_losses(output: Path) -> list[float]:

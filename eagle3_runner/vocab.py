@@ -32,6 +32,7 @@ from .formats import read_freq
 logger = logging.getLogger(__name__)
 
 D2T, T2D, VOCAB_CONFIG = "d2t.npy", "t2d.npy", "vocab_config.json"
+AUTO_COVERAGE = 0.99  # the automatic draft vocabulary holds this share of the verifier's greedy tokens
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def _mapping_function() -> tuple[Any, str]:
     try:
         from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
     except Exception as exc:  # noqa: BLE001 - unpatched speculators fails in many ways on import
-        logger.info("speculators not importable (%s); using eagle3_runner's equivalent", type(exc).__name__)
+        logger.info("%s; using eagle3_runner's equivalent", import_failure("speculators.train.vocab_mapping", exc))
         return (lambda f, d, t: _build_mappings(f, d, t)), "eagle3_runner"
     return (
         lambda f, d, t: build_vocab_mappings_from_distribution(f, draft_vocab_size=d, target_vocab_size=t),
@@ -73,9 +74,38 @@ def _mapping_function() -> tuple[Any, str]:
     )
 
 
-def verifier_top1_counts(data: Path, verifier: Path | None = None) -> tuple[dict[int, int], Path]:
+def import_failure(module: str, exc: BaseException) -> str:
+    """Why ``module`` did not import, naming the real cause: a missing dependency is not a
+    missing speculators (``datasets``, say, which speculators imports at the top of its package)."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    root = module.split(".")[0]
+    if missing and missing.split(".")[0] != root:
+        return f"{module} is not importable: it needs {missing!r}, which is not installed"
+    if missing:
+        return f"{module} is not importable: {root} is not installed"
+    return f"{module} is not importable ({type(exc).__name__}: {exc})"
+
+
+def auto_draft_vocab_size(counts: dict[int, int], target: int, share: float = AUTO_COVERAGE,
+                          multiple: int = 1024) -> int:
+    """The smallest multiple of ``multiple`` whose most frequent tokens hold ``share`` of ``counts``
+    (the verifier's greedy predictions, else the text's frequencies), at most ``target``."""
+    total = sum(counts.values())
+    if not total:
+        return min(target, multiple)
+    need, held, size = share * total, 0, 0
+    for c in sorted(counts.values(), reverse=True):
+        if held >= need:
+            break
+        held += c
+        size += 1
+    return min(target, max(multiple, -(-size // multiple) * multiple))
+
+
+def verifier_top1_counts(data: Path, verifier: Path | None = None, device: str = "auto") -> tuple[dict[int, int], Path]:
     """How often each token is the verifier's greedy prediction at a loss-masked position of the
-    samples in ``data`` (whose last layer id must be the verifier's last layer)."""
+    samples in ``data`` (whose last layer id must be the verifier's last layer); on the GPU when
+    there is one (``auto``: the head over every masked row of a large run is a lot of arithmetic)."""
     import torch
 
     from .evaluate import verifier_greedy, verifier_head
@@ -93,15 +123,20 @@ def verifier_top1_counts(data: Path, verifier: Path | None = None) -> tuple[dict
     if cfg["layer_ids"][-1] != n_layers:
         raise BadInput(f"{data}: the last layer id is {cfg['layer_ids'][-1]}, not the verifier's last "
                        f"layer {n_layers}: its greedy tokens cannot be computed from these samples")
+    if device == "auto":
+        from .extract import has_gpu
+
+        device = "cuda" if has_gpu() else "cpu"
     norm_w, head_w, eps = verifier_head(verifier)
-    counts = torch.zeros(head_w.shape[0], dtype=torch.long)
+    norm_w, head_w = norm_w.to(device), head_w.to(device)
+    counts = torch.zeros(head_w.shape[0], dtype=torch.long, device=device)
     for _, path in iter_sample_files(data):
         s = load_sample(path)
         mask = s["loss_mask"].bool()
         if mask.any():
-            top1 = verifier_greedy(s["hidden_states"][-1][mask], norm_w, head_w, eps)
+            top1 = verifier_greedy(s["hidden_states"][-1][mask].to(device), norm_w, head_w, eps)
             counts += torch.bincount(top1, minlength=counts.shape[0])
-    return {int(t): int(c) for t, c in enumerate(counts.tolist()) if c}, verifier
+    return {int(t): int(c) for t, c in enumerate(counts.cpu().tolist()) if c}, verifier
 
 
 def rank_by_verifier(top1: dict[int, int], text: dict[int, int]) -> dict[int, int]:
@@ -110,13 +145,15 @@ def rank_by_verifier(top1: dict[int, int], text: dict[int, int]) -> dict[int, in
     return {t: top1.get(t, 0) * scale + text.get(t, 0) for t in set(top1) | set(text)}
 
 
-def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size: int, output: Path,
+def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size: int | None, output: Path,
                 data: Path | None = None, verifier: Path | None = None) -> VocabResult:
+    """``draft_vocab_size`` ``None``: :func:`auto_draft_vocab_size` of the verifier's greedy tokens
+    (with ``data``), else of the text's frequencies."""
     freq, recorded_vocab = read_freq(freq_file)
     target = target_vocab_size or recorded_vocab
     if not target:
         raise UsageError("--target-vocab-size is needed (the frequency file does not record it)")
-    if not 0 < draft_vocab_size <= target:
+    if draft_vocab_size is not None and not 0 < draft_vocab_size <= target:
         raise UsageError(f"--draft-vocab-size must be in [1, {target}], got {draft_vocab_size}")
     out_of_range = sorted(t for t in freq if t >= target)
     if out_of_range:
@@ -126,6 +163,11 @@ def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size
         top1, verifier = verifier_top1_counts(data, verifier)
         if any(t >= target for t in top1):
             raise BadInput(f"{data}: the verifier predicts token ids outside the target vocabulary ({target})")
+    auto = draft_vocab_size is None
+    if draft_vocab_size is None:
+        draft_vocab_size = auto_draft_vocab_size(top1 or freq, target)
+        logger.info("draft vocabulary size %d: the smallest multiple of 1024 holding %.0f%% of the %s", draft_vocab_size,
+                    100 * AUTO_COVERAGE, "verifier's greedy tokens" if top1 else "assistant tokens")
     build, impl = _mapping_function()
     d2t, t2d = build(rank_by_verifier(top1, freq) if top1 else freq, draft_vocab_size, target)
     import numpy as np
@@ -140,6 +182,8 @@ def build_vocab(freq_file: Path, target_vocab_size: int | None, draft_vocab_size
     top1_coverage = sum(c for t, c in top1.items() if bool(t2d[t])) / top1_total if top1_total else None
     write_json(output / VOCAB_CONFIG, {
         "draft_vocab_size": draft_vocab_size,
+        "draft_vocab_size_chosen": f"auto: {100 * AUTO_COVERAGE:.0f}% of the {'verifier top-1' if top1 else 'text'}"
+                                   if auto else "given",
         "target_vocab_size": target,
         "coverage": coverage,
         "verifier_top1_coverage": top1_coverage,

@@ -8,7 +8,8 @@ import pytest
 
 from eagle3_runner.cli import main
 from eagle3_runner.errors import BadInput
-from eagle3_runner.run import example_config, load_config
+from eagle3_runner.run import example_config, load_config, train_options
+from eagle3_runner.train import DEFAULT_LR
 
 
 def test_example_config_is_complete_and_loads(tmp_path, capsys):
@@ -20,8 +21,11 @@ def test_example_config_is_complete_and_loads(tmp_path, capsys):
     cfg = load_config(path)
     assert cfg.workdir == tmp_path / "runs/llama-8b"
     assert cfg.data == tmp_path / "data/chat.jsonl" and cfg.seq_length == 2048
-    assert cfg.extract["backend"] == "vllm" and cfg.vocab["draft_vocab_size"] == 32000
-    assert cfg.train["steps"] == 1000 and cfg.train["nproc"] == 1
+    assert cfg.extract["backend"] == "vllm" and "draft_vocab_size" not in cfg.vocab  # sized from the data
+    assert cfg.train["epochs"] == 2 and cfg.train["nproc"] == 1
+    # a CPU machine can run it as written: nothing names a device, the runner's defaults apply
+    opts = train_options(cfg)
+    assert opts.device == "auto" and opts.loop == "auto" and opts.lr == DEFAULT_LR and opts.epochs == 2
 
 
 def test_config_errors_are_bad_input(tmp_path, capsys):

@@ -1,0 +1,82 @@
+"""The draft as speculators builds and saves it: its classes, the draft layer config, loading a checkpoint.
+
+Shared by ``train`` (which builds and saves drafts) and ``eval`` / ``vocab`` (which load them), so
+that neither has to import the other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput, EnvironmentProblem
+
+
+def _import_speculators() -> dict[str, Any]:
+    try:
+        from speculators.config import SpeculatorsConfig, VerifierConfig
+        from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
+        from speculators.proposals.greedy import GreedyTokenProposalConfig
+        from speculators.train import trainer as trainer_mod
+        from speculators.train.data import Eagle3SampleFileDataset, create_collate_fn
+        from speculators.train.distributed_batch_sampler import MultipackDistributedBatchSamplerV2
+        from speculators.train.noise_transforms import AddUniformNoise
+        from speculators.train.utils import apply_fully_sharded
+    except Exception as exc:  # noqa: BLE001 - unpatched speculators fails in several ways
+        raise EnvironmentProblem(
+            f"speculators' training classes are not importable ({type(exc).__name__}: {exc})",
+            hint="install speculators into DIR, patch it (python -m vllm_compat apply --site-packages DIR) "
+            "and put DIR on PYTHONPATH",
+        ) from None
+    return locals()
+
+
+def draft_layer_config(verifier: Path, num_layers: int, attn_implementation: str) -> Any:
+    """A Llama decoder-layer config with the verifier's sizes (what speculators' script builds)."""
+    from transformers import AutoConfig, LlamaConfig
+
+    vc = AutoConfig.from_pretrained(str(verifier))
+    vc = getattr(vc, "text_config", None) or vc
+    heads = vc.num_attention_heads
+    kv_heads = getattr(vc, "num_key_value_heads", None) or heads
+    cfg = LlamaConfig(
+        vocab_size=vc.vocab_size,
+        hidden_size=vc.hidden_size,
+        intermediate_size=vc.intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads if heads % kv_heads == 0 else heads,
+        head_dim=vc.hidden_size // heads,
+        max_position_embeddings=vc.max_position_embeddings,
+        rms_norm_eps=getattr(vc, "rms_norm_eps", 1e-6),
+        rope_parameters=getattr(vc, "rope_parameters", None),
+        pad_token_id=getattr(vc, "pad_token_id", None),
+        bos_token_id=getattr(vc, "bos_token_id", None),
+        eos_token_id=getattr(vc, "eos_token_id", None),
+    )
+    cfg._attn_implementation = attn_implementation
+    return cfg
+
+
+def load_draft(checkpoint: Path, verifier: Path | None = None) -> Any:
+    """A saved draft as speculators' ``Eagle3DraftModel`` (config through speculators' config
+    class, ``d2t``/``t2d`` from the checkpoint; the verifier's embeddings and lm_head are read
+    from the verifier the config names, as speculators' checkpointer does, or from ``verifier``)."""
+    from safetensors.torch import load_file
+
+    sp = _import_speculators()
+    config = sp["Eagle3SpeculatorConfig"].from_pretrained(str(checkpoint))
+    if verifier is not None:
+        config.speculators_config.verifier.name_or_path = str(Path(verifier).absolute())
+    state = load_file(str(Path(checkpoint) / "model.safetensors"))
+    if "d2t" not in state or "t2d" not in state:
+        raise BadInput(f"{checkpoint} has no d2t/t2d")
+    model = sp["Eagle3DraftModel"](config=config, t2d=state["t2d"].bool(), d2t=state["d2t"].long())
+    floats = {k: v.to(model.fc.weight.dtype) if v.is_floating_point() else v for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(floats, strict=False)
+    # the verifier's parts (embeddings, teacher head, ...) are not saved: speculators' own lists
+    not_saved = set(getattr(model, "_keys_to_ignore_on_save", None) or ()) | set(
+        getattr(model, "_keys_to_ignore_on_load_missing", None) or ())
+    if unexpected or set(missing) - not_saved:
+        raise BadInput(f"{checkpoint}: unexpected keys {unexpected}, missing {sorted(set(missing) - not_saved)}")
+    return model
