@@ -155,7 +155,7 @@ def run_stage(stage: str, w: Path, a: argparse.Namespace, env: dict) -> dict:
             outs.append(p.stdout)
             with (logs / f"{stage}.log").open("a") as fh:
                 fh.write(f"$ {shlex.join(cmd)}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}\n")
-            if p.returncode:
+            if p.returncode and not (stage == "serve" and p.returncode == 7):  # 7: a finding, reported
                 rc = p.returncode
                 note_failure(f"{stage}: {shlex.join(cmd[1:5])}", f"--- stdout ---\n{p.stdout[-50_000:]}\n"
                                                                  f"--- stderr ---\n{p.stderr[-100_000:]}")

@@ -24,9 +24,7 @@ class EngineOptions:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float | None = None
     seed: int = 0
-    # Bulk generation runs hundreds of sequences per step, where CUDA graphs save little, and an
-    # eager engine starts in seconds instead of compiling and capturing graphs for a minute.
-    enforce_eager: bool = True
+    enforce_eager: bool | None = None  # None: eager on the CPU build (it has no CUDA graphs), vLLM's default on GPUs
 
 
 def engine_dtype(requested: str, config: Any, on_cpu: bool) -> str:
@@ -65,7 +63,8 @@ class LazyEngine:
             logger.info("starting vLLM on %s (max_model_len %d, dtype %s)", self.model, self.max_model_len, dtype)
             self.llm = LLM(model=str(self.model), dtype=dtype, max_model_len=self.max_model_len,
                            tensor_parallel_size=o.tensor_parallel_size, gpu_memory_utilization=share,
-                           enforce_eager=o.enforce_eager or on_cpu, seed=o.seed)
+                           enforce_eager=on_cpu if o.enforce_eager is None else o.enforce_eager,
+                           seed=o.seed)
             self.dtype = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
         return self.llm
 

@@ -26,118 +26,17 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .acceptance import Acceptance, EvalReport, leading_matches, score_sample  # noqa: F401 - re-exported
 from .errors import BadInput, UsageError
 from .formats import TRAIN_CONFIG, iter_sample_files
+from .verifier_head import load_tensors, verifier_greedy, verifier_head  # noqa: F401 - re-exported
 
 logger = logging.getLogger(__name__)
 
 EVAL_FILE = "eval.json"
-
-
-@dataclass
-class Acceptance:
-    """Per-position acceptance: ``accepted[k]`` drafts whose positions ``1..k+1`` all matched."""
-
-    drafts: int = 0
-    accepted: list[int] = field(default_factory=list)
-
-    def add(self, run: int, k: int) -> None:
-        if not self.accepted:
-            self.accepted = [0] * k
-        self.drafts += 1
-        for j in range(run):
-            self.accepted[j] += 1
-
-    @property
-    def per_position(self) -> list[float]:
-        return [a / self.drafts if self.drafts else 0.0 for a in self.accepted]
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        return 1.0 + sum(self.per_position)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"drafts": self.drafts, "accepted_per_position": self.accepted,
-                "acceptance_per_position": self.per_position,
-                "mean_acceptance_length": self.mean_acceptance_length}
-
-
-@dataclass
-class EvalReport:
-    draft: str
-    verifier: str
-    k: int
-    samples: int
-    all_positions: Acceptance
-    walk: Acceptance
-    vocab_coverage: float  # share of the verifier's greedy tokens (counted positions) in t2d
-
-    @property
-    def acceptance_per_position(self) -> list[float]:
-        """The prediction of what vLLM serves: the walk's."""
-        return self.walk.per_position
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        return self.walk.mean_acceptance_length
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("all_positions", "walk")}
-        return {**d, "acceptance_per_position": self.acceptance_per_position,
-                "mean_acceptance_length": self.mean_acceptance_length, "drafts": self.walk.drafts,
-                "accepted_per_position": self.walk.accepted, "all_positions": self.all_positions.to_dict()}
-
-
-def leading_matches(correct: Any, k: int) -> Any:
-    """``run[i]``: how many of the draft's ``k`` tokens from start ``i`` match before the first miss.
-
-    ``correct`` is a ``[k, T]`` bool tensor (``correct[j, i]``: step ``j`` from start ``i`` matched)."""
-    import torch
-
-    run = torch.zeros(correct.shape[1], dtype=torch.long)
-    alive = torch.ones(correct.shape[1], dtype=torch.bool)
-    for j in range(k):
-        alive &= correct[j]
-        run += alive.long()
-    return run
-
-
-def score_sample(draft_ids: list[Any], verifier_ids: Any, context_mask: Any, k: int,
-                 all_positions: Acceptance, walk: Acceptance) -> None:
-    """Add one sample's drafts to both tallies.
-
-    After speculators' shift, index ``i`` holds token ``x(i+1)`` and ``context_mask[i]`` says
-    whether ``x(i+1)`` was generated.  TTT step ``j`` at ``i`` predicts ``x(i+2+j)``, whose greedy
-    value is ``verifier_ids[i+j]``.  A start ``i`` counts when ``x(i+1) .. x(i+1+k)`` all belong to
-    one generated turn, so every drafted token has a known greedy value (``serve-check`` serves each
-    turn with ``max_tokens = len(turn) - k + 1`` for the same reason: vLLM also scores draft tokens
-    past ``max_tokens``).  The walk starts at each turn's first generated token and, after ``a``
-    accepted tokens, moves ``a + 1`` further, as greedy speculative decoding does."""
-    import torch
-
-    t = verifier_ids.shape[0]
-    mask = context_mask.bool()
-    counted = torch.zeros(t, dtype=torch.bool)
-    if t > k:
-        counted[: t - k] = mask[: t - k]
-        for j in range(1, k + 1):
-            counted[: t - k] &= mask[j: t - k + j]
-    correct = torch.zeros(k, t, dtype=torch.bool)
-    for j in range(k):
-        n = t - j
-        correct[j, :n] = draft_ids[j][:n] == verifier_ids[j: j + n]
-    run = leading_matches(correct, k)
-    for i in torch.nonzero(counted).flatten().tolist():
-        all_positions.add(int(run[i]), k)
-    previous = torch.cat([mask.new_zeros(1), mask[:-1]])
-    for i in torch.nonzero(mask & ~previous).flatten().tolist():  # each turn's first start
-        while i < t and counted[i]:
-            walk.add(int(run[i]), k)
-            i += int(run[i]) + 1
 
 
 def resolve_checkpoint(path: Path) -> tuple[Path, Path]:
@@ -161,52 +60,32 @@ def heldout_files(train_output: Path) -> list[Path]:
     return files
 
 
-def load_tensors(folder: Path, names: list[str]) -> dict[str, Any]:
-    """The named tensors of a safetensors checkpoint (one file or an index of shards) that exist."""
-    from safetensors import safe_open
-
-    folder = Path(folder)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        where = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-    elif (folder / "model.safetensors").is_file():
-        where = dict.fromkeys(names, "model.safetensors")
-    else:
-        raise BadInput(f"{folder} holds no model.safetensors (or its index)")
-    out: dict[str, Any] = {}
-    for shard in sorted({where[n] for n in names if n in where}):
-        with safe_open(str(folder / shard), framework="pt") as fh:
-            out.update({n: fh.get_tensor(n) for n in names if where.get(n) == shard and n in fh.keys()})
-    return out
+def pack_groups(lengths: list[int], pack_tokens: int) -> list[list[int]]:
+    """Consecutive samples grouped into forwards of at most ``pack_tokens`` tokens (a longer
+    sample alone); ``pack_tokens <= 0``: one sample per forward."""
+    groups: list[list[int]] = []
+    size = 0
+    for i, n in enumerate(lengths):
+        if groups and pack_tokens > 0 and size + n <= pack_tokens:
+            groups[-1].append(i)
+            size += n
+        else:
+            groups.append([i])
+            size = n
+    return groups
 
 
-def verifier_head(verifier: Path) -> tuple[Any, Any, float]:
-    """The verifier's final norm weight, lm_head weight and norm epsilon (float32)."""
-    from transformers import AutoConfig
-
-    cfg = AutoConfig.from_pretrained(str(verifier))
-    cfg = getattr(cfg, "text_config", None) or cfg
-    w = load_tensors(verifier, ["model.norm.weight", "lm_head.weight", "model.embed_tokens.weight"])
-    head = w.get("lm_head.weight", w.get("model.embed_tokens.weight"))
-    if "model.norm.weight" not in w or head is None:
-        raise BadInput(f"{verifier}: no model.norm.weight / lm_head.weight to compute the verifier's tokens")
-    return w["model.norm.weight"].float(), head.float(), float(getattr(cfg, "rms_norm_eps", 1e-6))
-
-
-def verifier_greedy(last_layer: Any, norm_w: Any, head_w: Any, eps: float) -> Any:
-    """``argmax(lm_head(norm(h_N)))`` per row: the verifier's greedy next token (full vocabulary)."""
-    import torch
-
-    h = last_layer.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * norm_w
-    return (h @ head_w.T).argmax(-1)
+# Tokens per scoring forward: on CUDA many samples are packed into one forward (document masks
+# keep them apart, as in training), since one small eager forward per sample spent ~0.2 s on the
+# H200 (512 held-out samples: 101 s); on the CPU the dense mask grows with the square of a pack.
+PACK_TOKENS = {"cuda": 8192, "cpu": 0}
 
 
 class Scorer:
     """Scores drafts on fixed samples: the samples and the verifier's head are loaded once, so a
     draft in training can be scored every few steps (:mod:`eagle3_runner.train_eval`)."""
 
-    def __init__(self, files: list[Path], verifier: Path, device: str, k: int) -> None:
+    def __init__(self, files: list[Path], verifier: Path, device: str, k: int, pack_tokens: int | None = None) -> None:
         import torch
 
         from .draft_model import _import_speculators
@@ -216,37 +95,62 @@ class Scorer:
         self.files, self.verifier, self.device, self.k = list(files), Path(verifier), device, k
         head = verifier_head(self.verifier)
         self.norm_w, self.head_w, self.eps = head[0].to(device), head[1].to(device), head[2]
+        # speculators' dataset loads and shifts each sample as training does; loaded again at each
+        # score (a held-out split of a large verifier does not fit in memory as float32)
         self.dataset = _import_speculators()["Eagle3SampleFileDataset"](
             max_len=10**9, file_list=[str(f) for f in self.files])
+        from .formats import load_sample
+
+        lengths = {i: int(load_sample(f)["input_ids"].shape[0]) - 1 for i, f in enumerate(self.files)}  # mmap: cheap
+        kept = [i for i, n in lengths.items() if n >= 2]
+        packed = pack_groups([lengths[i] for i in kept],
+                             PACK_TOKENS.get(str(device).split(":")[0], 0) if pack_tokens is None else pack_tokens)
+        self.groups = [[kept[j] for j in g] for g in packed]
         self._greedy: dict[int, Any] = {}  # the verifier's tokens per sample, computed once
         self.torch = torch
+
+    def _forward(self, model: Any, group: list[int]) -> list[list[Any]]:
+        """Each sample of ``group`` with its draft tokens (verifier ids): one ``[T]`` tensor per TTT step."""
+        torch = self.torch
+        parts = [self.dataset[i] for i in group]
+        cat = {key: torch.cat([p[key] for p in parts]).to(self.device) for key in ("hidden_states", "input_ids",
+                                                                              "position_ids")}
+        lengths = torch.tensor([p["input_ids"].shape[0] for p in parts], device=self.device)
+        out = model(hidden_states=cat["hidden_states"][None].float(), input_ids=cat["input_ids"][None], lengths=lengths,
+                    position_ids=cat["position_ids"][None], ttt_steps=self.k)
+        d2t = model.d2t.to(self.device)
+        ids = [(d + d2t[d])[0].cpu() for d in out]  # draft vocab -> verifier ids
+        bounds = [0, *torch.cumsum(lengths, 0).tolist()]
+        return [(parts[j], [step[bounds[j]:bounds[j + 1]] for step in ids]) for j in range(len(parts))]
 
     def score(self, model: Any, draft_name: str = "") -> EvalReport:
         """``model`` (an ``Eagle3DraftModel`` on ``device``) drafting ``k`` tokens from every start."""
         torch = self.torch
         all_positions, walk = Acceptance(), Acceptance()
         covered = counted = 0
-        t2d, d2t = model.t2d.to(self.device), model.d2t.to(self.device)
+        t2d = model.t2d.to(self.device)
         was_training = model.training
         model.eval()
+        # Scored eagerly: FlexAttention refuses an eager block mask padded past the pack's length,
+        # so the dense-mask SDPA attention (any device) runs the same masks.
+        from .cpu_attention import register
+
+        layer_cfg = model.config.transformer_layer_config
+        attn, layer_cfg._attn_implementation = layer_cfg._attn_implementation, register()
         try:
             with torch.no_grad(), torch.compiler.set_stance("force_eager"):  # speculators compiles forward
-                for idx in range(len(self.dataset)):
-                    s = {key: v.to(self.device) for key, v in self.dataset[idx].items()}
-                    if s["input_ids"].shape[0] < 2:
-                        continue
-                    out = model(hidden_states=s["hidden_states"][None], input_ids=s["input_ids"][None],
-                                lengths=s["lengths"], position_ids=s["position_ids"][None], ttt_steps=self.k)
-                    draft_ids = [(d + d2t[d])[0].cpu() for d in out]  # draft vocab -> verifier ids
-                    if idx not in self._greedy:
-                        self._greedy[idx] = verifier_greedy(s["verifier_last_hidden_states"], self.norm_w,
-                                                            self.head_w, self.eps)
-                    v_ids = self._greedy[idx]
-                    mask = s["loss_mask"].bool()
-                    counted += int(mask.sum())
-                    covered += int(t2d[v_ids][mask].sum())
-                    score_sample(draft_ids, v_ids.cpu(), mask.cpu(), self.k, all_positions, walk)
+                for group in self.groups:
+                    for idx, (s, draft_ids) in zip(group, self._forward(model, group)):
+                        if idx not in self._greedy:
+                            self._greedy[idx] = verifier_greedy(s["verifier_last_hidden_states"].to(self.device),
+                                                                self.norm_w, self.head_w, self.eps).cpu()
+                        v_ids = self._greedy[idx]
+                        mask = s["loss_mask"].bool()
+                        counted += int(mask.sum())
+                        covered += int(t2d[v_ids.to(self.device)][mask.to(self.device)].sum())
+                        score_sample(draft_ids, v_ids, mask, self.k, all_positions, walk)
         finally:
+            layer_cfg._attn_implementation = attn
             model.train(was_training)
         if not all_positions.drafts:
             raise BadInput("no sample has a generated (loss-masked) token to draft after")

@@ -108,7 +108,7 @@ def verifier_top1_counts(data: Path, verifier: Path | None = None, device: str =
     there is one (``auto``: the head over every masked row of a large run is a lot of arithmetic)."""
     import torch
 
-    from .evaluate import verifier_greedy, verifier_head
+    from .verifier_head import verifier_greedy, verifier_head
     from .formats import DATA_CONFIG, iter_sample_files, load_sample
 
     try:

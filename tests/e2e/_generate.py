@@ -18,9 +18,14 @@ def main() -> int:
     import speculators.data_generation.vllm_hidden_states_generator as vhsg
     from speculators.data_generation.vllm_hidden_states_generator import VllmHiddenStatesGenerator
 
+    threads = torch.get_num_threads()
+    omp = os.environ.get("OMP_NUM_THREADS")
     t0 = time.perf_counter()
     generator = VllmHiddenStatesGenerator(spec["model"], **spec["kwargs"])
     out = {
+        # what speculators.worker_start decided, and whether vLLM shrank this process's threads
+        "omp_num_threads": [omp, os.environ.get("OMP_NUM_THREADS")],
+        "threads": [threads, torch.get_num_threads()],
         "layer_ids": list(generator.layer_ids),
         "init_s": time.perf_counter() - t0,
         "module": vhsg.__file__,

@@ -52,6 +52,15 @@ def test_patched_generator_is_used(run, sites):
     assert run["module"].startswith(str(site))
 
 
+def test_the_worker_start_keeps_this_process_and_needs_nothing_on_the_cpu(run):
+    # speculators was imported before the generator was built (_generate.py): on a CUDA platform
+    # speculators.worker_start would set OMP_NUM_THREADS (and spawn for a poisoned fork); on the
+    # CPU build it sets nothing (the start method there is vLLM's own) and the driver keeps its threads
+    assert "speculators.worker_start" in run["applied"]
+    assert run["omp_num_threads"][1] == run["omp_num_threads"][0]
+    assert run["threads"][1] == run["threads"][0]
+
+
 def test_default_layer_ids_follow_the_convention(run, tiny_models):
     from transformers import AutoConfig
 
