@@ -14,7 +14,10 @@ Two hazards of ``MultiprocExecutor``'s forked workers (seen on an H200, vLLM 0.2
   process, which checks and maps the returned states, is left on one core.  Here
   ``OMP_NUM_THREADS`` is set first, to the cores per worker, so vLLM leaves the pools alone.
 
-A caller's own ``VLLM_WORKER_MULTIPROC_METHOD`` or ``OMP_NUM_THREADS`` is kept.
+A caller's own ``VLLM_WORKER_MULTIPROC_METHOD`` or ``OMP_NUM_THREADS`` is kept.  Once the workers
+are up, vLLM (0.32: ``set_torch_threads_for_runtime``, the CPU build too) sets this process to one
+thread, since in vLLM's own engine it only schedules; here it also checks and maps every returned
+state, so ``restore_driver_threads`` gives it back the threads it had.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import logging
 import os
 
 logger = logging.getLogger(__name__)
+
+_driver_threads: list[int] = []  # this process's torch threads before the executor was built
 
 
 def fork_is_poisoned() -> bool:
@@ -51,8 +56,10 @@ def start_settings(environ: dict, *, poisoned: bool, cuda: bool, cpus: int, work
 def prepare_worker_start(vllm_config):
     """Set the start method and thread settings for ``MultiprocExecutor(vllm_config)``; returns
     ``vllm_config`` unchanged (the patch wraps the executor's argument)."""
+    import torch
     from vllm.platforms import current_platform
 
+    _driver_threads[:] = [torch.get_num_threads()]
     cuda = current_platform.is_cuda_alike()
     workers = int(getattr(vllm_config.parallel_config, "world_size", 1) or 1)
     settings = start_settings(os.environ, poisoned=cuda and fork_is_poisoned(), cuda=cuda,
@@ -61,3 +68,12 @@ def prepare_worker_start(vllm_config):
         logger.info("worker start: %s", ", ".join(f"{k}={v}" for k, v in settings.items()))
         os.environ.update(settings)
     return vllm_config
+
+
+def restore_driver_threads() -> None:
+    """Give this process back the torch threads it had before the executor was built."""
+    import torch
+
+    if _driver_threads and torch.get_num_threads() < _driver_threads[0]:
+        logger.info("worker start: torch threads back from %d to %d", torch.get_num_threads(), _driver_threads[0])
+        torch.set_num_threads(_driver_threads[0])

@@ -12,7 +12,10 @@ vLLM calls ``torch.set_num_threads(1)`` before forking (``multiproc_executor.py`
 "Invalid thread pool" and the driver's checks of the returned states run on one core.  The
 vendored ``speculators/_vllm_compat_worker_start.py`` decides right before the executor is built:
 ``spawn`` when a forked probe finds torch's bad-fork flag set, and ``OMP_NUM_THREADS`` = cores
-per worker on CUDA platforms; a caller's own settings are kept.
+per worker on CUDA platforms; a caller's own settings are kept.  After the executor is built the
+generator's process gets back the torch threads vLLM took from it (``set_torch_threads_for_runtime``
+leaves the process that built the executor one thread; the generator's process checks and maps
+every returned state).
 """
 
 from vllm_compat.patch import InsertAfter, Patch, ReplaceExpr, Shim, register
@@ -21,7 +24,7 @@ GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 
 register(Patch(
     id="speculators.worker_start",
-    title="choose the workers' start method and thread settings before MultiprocExecutor forks",
+    title="choose the workers' start method and thread settings before MultiprocExecutor forks; keep the driver's threads",
     target="speculators",
     target_versions=">=0.3.0,<0.5",
     requires={"vllm": ">=0.11.0"},
@@ -38,12 +41,17 @@ register(Patch(
     edits=(
         InsertAfter(
             GENERATOR, "", after="",
-            new="from speculators._vllm_compat_worker_start import prepare_worker_start",
+            new="from speculators._vllm_compat_worker_start import prepare_worker_start, restore_driver_threads",
         ),
         ReplaceExpr(
             GENERATOR, "VllmHiddenStatesGenerator.__init__",
             old="MultiprocExecutor(vllm_config=self.vllm_config)",
             new="MultiprocExecutor(vllm_config=prepare_worker_start(self.vllm_config))",
+        ),
+        InsertAfter(
+            GENERATOR, "VllmHiddenStatesGenerator.__init__",
+            after="self.executor = MultiprocExecutor(vllm_config=prepare_worker_start(self.vllm_config))",
+            new="restore_driver_threads()",
         ),
     ),
 ), __name__)
