@@ -50,3 +50,28 @@ def test_failures_are_appended_to_one_file(tmp_path, monkeypatch):
     text = (tmp_path / "failures.txt").read_text()
     assert text.index("first") < text.index("trace 1") < text.index("second") < text.index("trace 2")
     assert os.listdir(tmp_path) == ["failures.txt"]
+
+
+def test_children_run_at_once_and_each_keeps_its_output(monkeypatch):
+    monkeypatch.setattr(gpu_children, "DEADLINE", time.monotonic() + 60)
+    code = "import sys, time; time.sleep(1); print('out%s'); print('x' * 200000, file=sys.stderr); sys.exit(%s)"
+    t = time.monotonic()
+    done = gpu_children.run_children([[sys.executable, "-c", code % (i, i)] for i in range(3)])
+    assert time.monotonic() - t < 2.9  # together, not one after another (3 x 1 s)
+    assert [(p.returncode, p.stdout) for p in done] == [(0, "out0\n"), (1, "out1\n"), (2, "out2\n")]
+    assert all(len(p.stderr) == 200001 for p in done)  # a full pipe never blocked a child
+
+
+def test_the_first_traceback_is_found_in_a_workers_prefixed_log():
+    from benchmarks.extract_cli import first_traceback
+
+    log = ("INFO starting\n(Worker pid=7) ERROR WorkerProc failed to start.\n"
+           "(Worker pid=7) Traceback (most recent call last):\n"
+           '(Worker pid=7)   File "gpu_worker.py", line 255, in init_device\n'
+           "(Worker pid=7)     torch.accelerator.set_device_index(self.device)\n"
+           "(Worker pid=7) RuntimeError: Cannot re-initialize CUDA in forked subprocess\n"
+           "Traceback (most recent call last):\n  File \"x\"\nValueError: later\n")
+    tb = first_traceback(log)
+    assert tb.splitlines()[0].endswith("Traceback (most recent call last):")
+    assert tb.splitlines()[-1].endswith("RuntimeError: Cannot re-initialize CUDA in forked subprocess")
+    assert first_traceback("no error here") is None
