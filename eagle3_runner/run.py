@@ -28,74 +28,6 @@ from .vocab import build_vocab, vocab_is_complete
 
 logger = logging.getLogger(__name__)
 
-EXAMPLE_CONFIG = '''\
-# eagle3 run CONFIG.toml -- every step of the EAGLE-3 pipeline, skipping finished ones.
-# Relative paths are relative to this file's folder.
-
-# Where the intermediate files and the checkpoint go:
-#   WORKDIR/tokens.jsonl (+ tokens.freq.json), WORKDIR/hidden_states/, WORKDIR/vocab/,
-#   WORKDIR/checkpoint/ (the trained draft is WORKDIR/checkpoint/0, loss per step in
-#   WORKDIR/checkpoint/loss.jsonl)
-workdir = "runs/llama-8b"
-
-# The verifier (target) model: a local folder in HF format.
-model = "/models/Meta-Llama-3.1-8B-Instruct"
-
-[prepare]
-data = "data/chat.jsonl"          # or a list; JSON lines, Parquet or a datasets folder (save_to_disk) of
-                                  # {"messages": [...]}, ShareGPT {"conversations": [...]} or {"text": ...} rows;
-                                  # optional with synthesize
-# synthesize = 20000              # add N user turns written by the model itself (Magpie), answered by it
-                                  # (implies regenerate; resumable: WORKDIR/tokens.synthesized.jsonl)
-# synthesize_max_tokens = 256     # a user turn reaching this many tokens is dropped as overlong
-# synthesize_temperature = 1.0
-# synthesize_top_p = 1.0
-seq_length = 2048                 # truncate rows to this many tokens
-# chat_template = "chatml"        # a .jinja file or llama-3 | chatml | deepseek | kimi (default: the tokenizer's)
-# format = "auto"                 # "auto" (detected per file) | "messages" | "sharegpt" | "text"
-# skip_bad = false                # true: skip bad rows, listed in WORKDIR/tokens.skipped.jsonl
-regenerate = true                 # assistant turns replaced by the model's own responses (vLLM;
-                                  # engine settings from [extract]; resumable: WORKDIR/tokens.regenerated.jsonl)
-# temperature = 0.0               # regenerate: 0 = greedy
-# top_p = 1.0
-# max_new_tokens = 512
-# seed = 0
-# regenerate_batch_size = 1024    # rows per engine batch and side-file append
-
-[extract]
-backend = "vllm"                  # "vllm" (speculators' generator, patched), "vllm-fast" (worker writes files) or "hf"
-# layers = [2, 16, 29, 32]        # default [2, N//2, N-3, N]; id N = last layer before the final norm
-# batch_size = 8                  # prompts per engine call; default 8 (256 with "vllm-fast")
-# sync = "end"                    # vllm-fast durability: "end" (one os.sync), "each" (fsync per file), "none"
-# max_model_len = 2080            # default: longest row + 1, rounded up to 32
-dtype = "auto"                    # "auto" | "bfloat16" | "float32"
-tensor_parallel_size = 1
-# shard = "0/1"                   # I/N: this run takes token lines with index % N == I
-# site_packages = "/opt/speculators-site"   # where the patched speculators lives
-
-[vocab]
-# draft_vocab_size = 32000        # default: the smallest multiple of 1024 holding 99% of the verifier's greedy tokens
-# target_vocab_size = 128256      # default: the model's vocab_size (recorded by prepare)
-# from_verifier = true            # rank tokens by the verifier's top-1 predictions first (default)
-
-[train]
-epochs = 2                        # passes over the samples (or steps = N)
-# device = "auto"                 # "auto" (cuda when a GPU is seen), "cuda" or "cpu"
-# loop = "auto"                   # "fast" (the runner's loop: ~10x on a GPU), "speculators", auto: fast on CUDA
-# lr = 1e-3                       # peak learning rate
-# warmup = 0.05                   # a share of the steps (< 1) or a number of steps
-# scheduler = "linear"            # decay after the warm-up: "linear", "cosine" or "none"
-# eval_every = 200                # held-out acceptance every N steps, the best weights saved (default: 5 times)
-seed = 0
-num_layers = 1                    # draft decoder layers
-max_len = 2048                    # tokens per packed batch
-nproc = 1                         # > 1: runs under torchrun (FSDP; gloo on CPU, nccl on CUDA)
-# val_fraction = 0.1              # held out for the acceptance evaluation (eval.json), at most 512 samples
-
-[serve_check]                     # vLLM serves the draft on the held-out turns (serve_check.json)
-enabled = true
-# tolerance = 0.05                # fail (exit 7) when served and offline acceptance differ by more
-'''
 
 STEPS = ("prepare", "extract", "vocab", "train", "serve_check")
 SERVE_CHECK_FILE = "serve_check.json"
@@ -405,4 +337,7 @@ def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 150, rows: in
 
 
 def example_config() -> str:
-    return EXAMPLE_CONFIG
+    """A complete, commented CONFIG.toml (``eagle3 run --example-config``)."""
+    from importlib import resources
+
+    return resources.files("eagle3_runner").joinpath("templates", "example.toml").read_text(encoding="utf-8")
