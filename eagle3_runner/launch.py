@@ -24,6 +24,8 @@ def train_args(opts: TrainOptions) -> list[str]:
     for f in fields(opts):
         value = getattr(opts, f.name)
         flag = "--" + f.name.replace("_", "-")
+        if value is None:  # the flag's own default (None) is what the ranks get without it
+            continue
         if isinstance(value, bool):
             if value:
                 args.append(flag)

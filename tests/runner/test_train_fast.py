@@ -182,3 +182,18 @@ def test_loop_options_reach_torchrun_ranks():
     args = train_args(TrainOptions(data=Path("d"), vocab=Path("v"), verifier=Path("m"), output=Path("o"),
                                    loop="fast", precision="bf16"))
     assert args[args.index("--loop") + 1] == "fast" and args[args.index("--precision") + 1] == "bf16"
+
+
+def test_torchrun_arguments_parse_back_to_the_same_options():
+    """Every option, None ones included, survives the trip to the ranks' own parser."""
+    from dataclasses import fields
+
+    from eagle3_runner.cli import _parser
+    from eagle3_runner.launch import train_args
+    from eagle3_runner.train import TrainOptions
+
+    for extra in ({}, {"epochs": 2.5, "eval_every": 0, "max_minutes": 3.0, "compile": True}):
+        opts = TrainOptions(data=Path("d"), vocab=Path("v"), verifier=Path("m"), output=Path("o"), **extra)
+        a = _parser().parse_args(train_args(opts))
+        for f in fields(opts):
+            assert getattr(a, f.name) == getattr(opts, f.name), f.name
