@@ -1,4 +1,4 @@
-"""A hand edit as the engine's edits (`vllm_compat.edit_diff`): carried out by the real
+"""A hand edit as the engine's edits (`vllm_compat.record.edits`): carried out by the real
 transform, the edits give the edited bytes (or the same AST, with the difference stated)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from vllm_compat.edit_diff import RecordError, record_edits
+from vllm_compat.record.edits import RecordError, record_edits
 from vllm_compat.patch import AddKeyword, InsertAfter, RemoveKeyword, ReplaceDef, ReplaceExpr, ReplaceStmt
 from vllm_compat.transform import apply_edits
 

@@ -9,7 +9,8 @@ import libcst as cst
 
 from ..patch import AddKeyword, RemoveKeyword, ReplaceExpr
 from .match import _Ctx, _dump_expr, _expr_idents
-from .walk import _DEFS, _Editor
+from .suites import _DEFS
+from .walk import _Editor
 
 
 class _ExprVisitor(_Editor, cst.CSTTransformer):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .walk import _EMPTY, _suites
+from .suites import _EMPTY, _suites
 
 
 def _dump_stmts(code: str) -> str:

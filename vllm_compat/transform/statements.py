@@ -8,7 +8,8 @@ import libcst as cst
 
 from ..patch import InsertAfter, ReplaceDef, ReplaceStmt
 from .match import _Ctx, _dump_stmts, _find_run, _Pattern, _stmt_nodes
-from .walk import _Editor, _same
+from .suites import _same
+from .walk import _Editor
 
 
 class _StmtEditor(_Editor):

@@ -9,19 +9,15 @@ statement caches of :class:`.match._Ctx` stay valid across a file's edits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from .suites import _DEFS, _same, _suites
+
 if TYPE_CHECKING:
     from .match import _Ctx
-
-_SUITES = ("body", "orelse", "handlers", "finalbody", "cases")
-_CLAUSES = (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase, cst.If)
-_DEFS = (cst.FunctionDef, cst.ClassDef)
-_EMPTY = cst.IndentedBlock(body=())
-
 
 class _Editor:
     """One edit's hooks into the walk."""
@@ -39,10 +35,6 @@ class _Editor:
 
     def leave_def(self, original: cst.CSTNode, updated: cst.CSTNode, stack: list[str]) -> cst.CSTNode | list:
         return updated
-
-
-def _same(a: Sequence[object], b: Sequence[object]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _walk_stmt(ed: _Editor, node: cst.BaseStatement, stack: list[str]) -> cst.BaseStatement | list:
@@ -74,26 +66,6 @@ def _walk_block(ed: _Editor, block: cst.IndentedBlock, stack: list[str]) -> cst.
 def _walk_module(ed: _Editor, module: cst.Module) -> cst.Module:
     body = ed.block(_walk_body(ed, module.body, []), [], top=not ed.ctx.scope)
     return module if _same(body, module.body) else module.with_changes(body=body)
-
-
-def _suites(node: cst.CSTNode, edit: Callable[[cst.IndentedBlock], cst.IndentedBlock]) -> cst.CSTNode:
-    """``node`` (a compound statement) with ``edit`` applied to each of its indented blocks,
-    through its else/except/finally/case clauses and elif chain; rebuilt only where one changed."""
-    changes: dict[str, object] = {}
-    for name in _SUITES:
-        value = getattr(node, name, None)
-        if isinstance(value, cst.IndentedBlock):
-            new: object = edit(value)
-        elif isinstance(value, _CLAUSES):
-            new = _suites(value, edit)
-        elif isinstance(value, (list, tuple)):
-            items = [_suites(v, edit) for v in value]
-            new = value if _same(items, value) else items
-        else:
-            continue
-        if new is not value:
-            changes[name] = new
-    return node.with_changes(**changes) if changes else node
 
 
 def _visit(module: cst.Module, scope: tuple[str, ...], editor: _Editor) -> cst.Module:

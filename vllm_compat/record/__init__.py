@@ -3,7 +3,7 @@ catalog, patch-package style.
 
 A file counts as edited where it differs from what the engine would put there: a managed
 file from the bytes apply wrote, any other Python file of the packages looked at from its
-wheel's RECORD hash.  Each edit is expressed against that content (:mod:`.edit_diff`); the
+wheel's RECORD hash.  Each edit is expressed against that content (:mod:`.edits`); the
 module ``NAME.py`` declares one patch per package, ranged to the installed versions (``==``
 the package, ``>=`` the installed vLLM), ordered after every patch of any catalog that edits
 the same file in overlapping ranges, its why / upstream / remove-when left as TODO.  Before a
@@ -25,14 +25,14 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
-from .catalogs import nearest_pyproject, pyproject_catalogs
-from .patch import Patch
-from .plan import Plan, load_catalog, make_plan, read
-from .record_module import TODO, declared, render, same_edits
-from .report import CommandError, Exit, RecordResult
-from .state import APPLIED, STALE
-from .store import Store, atomic_write
-from .target import Dist, Target, sha256_bytes
+from ..catalogs import nearest_pyproject, pyproject_catalogs
+from ..patch import Patch
+from ..plan import Plan, load_catalog, make_plan, read
+from ..report import CommandError, Exit, RecordResult
+from ..state import APPLIED, STALE
+from ..store import Store, atomic_write
+from ..target import Dist, Target, sha256_bytes
+from .module import TODO, declared, render, same_edits
 
 __all__ = ["record"]
 
@@ -57,7 +57,7 @@ def _destination(target: Target) -> str:
 
 def _in_use_by_default(target: Target, dest: str) -> bool:
     """Whether commands find ``dest`` without ``--catalog`` (pyproject.toml, an entry point)."""
-    from .catalogs import SourceError, discover  # noqa: PLC0415
+    from ..catalogs import SourceError, discover  # noqa: PLC0415
 
     try:
         sources, _ = discover(str(target.site), (), exact=True, missing_ok=(dest,))
@@ -153,8 +153,8 @@ def _from_wheels(dist: Dist, rels: list[str], wheels: tuple[str, ...]) -> dict[s
 
 
 def _patch(plan: Plan, pkg: str, name: str, edits: list) -> Patch:
-    from .catalog import overlap  # noqa: PLC0415
-    from .versions import public  # noqa: PLC0415
+    from ..catalog import overlap  # noqa: PLC0415
+    from ..versions import public  # noqa: PLC0415
 
     dist, vllm = plan.dists.get(pkg) or plan.target.find(pkg), plan.dists.get("vllm") or plan.target.find("vllm")
     requires = {"vllm": f">={public(vllm.version)}"} if vllm is not None and pkg != "vllm" else {}
@@ -172,9 +172,9 @@ def _local(pid: str, dest_name: str) -> str:
 
 def record(target: Target, name: str, packages: tuple[str, ...], wheels: tuple[str, ...],
            allow_unsupported: bool) -> RecordResult:
-    from .api import apply_plan  # noqa: PLC0415
-    from .catalog import CatalogError  # noqa: PLC0415
-    from .edit_diff import RecordError, record_edits  # noqa: PLC0415 - libcst
+    from ..catalog import CatalogError  # noqa: PLC0415
+    from ..commit import apply_plan  # noqa: PLC0415
+    from .edits import RecordError, record_edits  # noqa: PLC0415 - libcst
 
     if not _NAME.fullmatch(name):
         raise CommandError(f"bad patch name {name!r}: use a Python identifier (it names NAME.py)", Exit.USAGE)
