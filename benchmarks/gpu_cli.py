@@ -51,8 +51,8 @@ from benchmarks.gpu_children import note_failure, run_child, wait_gpu_free  # no
 from benchmarks.gpu_files import compare, states_of, validate, write_rows  # noqa: E402
 from benchmarks.gpu_models import DEVICE, DRY, build_llama, hf_states, ragged_samples, random_samples  # noqa: E402
 from eagle3_runner.extract import default_max_model_len  # noqa: E402
-from eagle3_runner.formats import read_token_rows, sample_path  # noqa: E402
-from eagle3_runner.layers import parse_layer_ids  # noqa: E402
+from eagle3_runner.common.formats import read_token_rows, sample_path  # noqa: E402
+from eagle3_runner.common.layers import parse_layer_ids  # noqa: E402
 
 KEEP = 16  # fast8 files kept to compare the other paths with
 # Seconds a step needs (engine start included: ~30 s on the H200; model building is separate).
@@ -75,8 +75,8 @@ def plain_rate(model: Path, rows: Path) -> dict:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from eagle3_runner.backends.vllm_fast import make_llm
-    from eagle3_runner.extract import default_memory_share
+    from eagle3_runner.extract.backends.vllm_fast import make_llm
+    from eagle3_runner.common.environment import default_memory_share
 
     rs = read_token_rows(rows)
     llm = make_llm(model, max_model_len=default_max_model_len(rs), dtype="auto",
@@ -101,7 +101,7 @@ def gen_rate(model: Path, rows: Path, layer_ids: list[int], batch: int, keep: Pa
     import speculators
     from speculators.data_generation.vllm_hidden_states_generator import VllmHiddenStatesGenerator
 
-    from eagle3_runner.extract import default_memory_share
+    from eagle3_runner.common.environment import default_memory_share
 
     rs = read_token_rows(rows)
     share = default_memory_share()

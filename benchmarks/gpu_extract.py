@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from benchmarks.gpu_models import DEVICE, DRY, build_llama, hf_states, param_counts, ragged_samples, random_samples, rel, sync  # noqa: E402
-from eagle3_runner.backends import vllm_fast as fc  # noqa: E402
+from eagle3_runner.extract.backends import vllm_fast as fc  # noqa: E402
 from patches.shims.host_memory import pwrite_all  # noqa: E402
 
 PEAK_DENSE_BF16 = 989e12

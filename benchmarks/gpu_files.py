@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.gpu_models import rel
-from eagle3_runner.formats import read_token_rows, sample_path
+from eagle3_runner.common.formats import read_token_rows, sample_path
 
 
 def write_rows(path: Path, samples) -> Path:

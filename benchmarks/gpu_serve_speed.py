@@ -35,7 +35,7 @@ def serve(req: dict) -> dict:
     """One engine: every batch size in turn, timed, with the spec-decode counters per batch size."""
     from vllm import LLM, SamplingParams
 
-    from eagle3_runner.extract import default_memory_share
+    from eagle3_runner.common.environment import default_memory_share
 
     spec = {"method": "eagle3", "model": req["draft"], "num_speculative_tokens": req["k"]} if req["draft"] else None
     t0 = time.monotonic()
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--eager", action="store_true", help="no CUDA graphs (the CPU build has none)")
     a = ap.parse_args(argv)
-    from eagle3_runner.serve_check import prompts_from_file
+    from eagle3_runner.evaluate.serve_check import prompts_from_file
 
     prompts, _ = prompts_from_file(a.prompts, a.k)
     prompts = [list(p) for p in prompts[: a.n_prompts]]

@@ -9,7 +9,7 @@ Builds, in ``--work``: a verifier folder of Llama-3-8B width (config + random ``
 ``lm_head`` / ``norm``: all the draft reads of the verifier), synthetic samples in speculators'
 v1 format (4 layer ids, bf16, ``--sample-len`` tokens; the last layer is a fixed mix of the
 three auxiliary ones, so the loss has something to learn) and a 32,000-token draft vocabulary
-(``eagle3_runner.vocab.build_vocab``).  Training imports nothing from vLLM.
+(``eagle3_runner.train.vocab.build_vocab``).  Training imports nothing from vLLM.
 
 Each variant runs ``eagle3_runner.train.train`` (what ``eagle3 train`` calls; ``--val-fraction
 0``: the benchmark times training only) in its own process.  Up to ``--parallel`` variants run
@@ -19,7 +19,7 @@ exits, so the timed and profiled steps of one variant run alone.  Each process a
 metrics record (time stamp, loss, the batch's ``lengths``, peak memory) to
 ``work/records_<variant>.jsonl`` as it goes, so a variant stopped at ``--deadline`` still
 counts.  Steady state: the steps after the lock and ``--warmup`` more, before the profiler's
-window; FLOPs from ``eagle3_runner/flops.py``.
+window; FLOPs from ``eagle3_runner/train/flops.py``.
 
 Variants: ``stock`` (speculators' loop, torch.compile off: what ``eagle3 train`` runs by
 default), ``stock-compiled`` (speculators' loop with its ``@torch.compile`` forward on:
@@ -110,7 +110,7 @@ def build_samples(folder: Path, n_files: int, sample_len: int, seed: int = 0) ->
     that the draft vocabulary covers most of them."""
     import torch
 
-    from eagle3_runner.formats import DATA_CONFIG, build_sample, sample_path, write_freq
+    from eagle3_runner.common.formats import DATA_CONFIG, build_sample, sample_path, write_freq
 
     if (folder / DATA_CONFIG).is_file():
         return folder
@@ -133,7 +133,7 @@ def build_samples(folder: Path, n_files: int, sample_len: int, seed: int = 0) ->
 
 
 def build_all(work: Path, n_files: int, sample_len: int) -> dict[str, Path]:
-    from eagle3_runner.vocab import build_vocab
+    from eagle3_runner.train.vocab import build_vocab
 
     paths = {"verifier": build_verifier(work / "verifier"), "data": build_samples(work / "samples", n_files, sample_len),
              "vocab": work / "vocab"}
@@ -243,7 +243,7 @@ def run_variant(name: str, work: Path, a: argparse.Namespace) -> dict:
 def steady(rows: list[dict], warmup: int, profile_from: int) -> dict:
     """Step times between consecutive records after the lock and ``warmup`` more, before the
     profiled steps; tokens and FLOPs of those steps' batches."""
-    from eagle3_runner.flops import H200_MEASURED_BF16, H200_PEAK_BF16, DraftShapes, mfu, step_flops
+    from eagle3_runner.train.flops import H200_MEASURED_BF16, H200_PEAK_BF16, DraftShapes, mfu, step_flops
 
     s = SHAPES
     shapes = DraftShapes(hidden=s["hidden"], intermediate=s["intermediate"], heads=s["heads"], kv_heads=s["kv_heads"],

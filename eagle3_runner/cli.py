@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import EXIT_CODES_HELP, ExitCode, RunnerError
+from .common.errors import EXIT_CODES_HELP, ExitCode, RunnerError
 
 DESCRIPTION = "From chat data to a trained EAGLE-3 draft on the (vllm-compat patched) speculators stack."
 
@@ -27,10 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     from . import evaluate as eval_mod
     from . import extract as extract_mod
     from . import prepare as prepare_mod
-    from . import serve_check as serve_mod
+    from .evaluate import serve_check as serve_mod
     from . import run as run_mod
     from . import train as train_mod
-    from . import vocab as vocab_mod
+    from .train import vocab as vocab_mod
 
     s = cmd("prepare", "chat or text rows -> token rows with a loss mask", prepare_mod.__doc__)
     s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer, and its chat template by default)")
@@ -181,8 +181,8 @@ def _setup_logging(verbose: bool, quiet: bool) -> None:
 
 def _cmd_prepare(a: argparse.Namespace) -> int:
     from .prepare import prepare
-    from .regenerate import RegenerateOptions
-    from .synthesize import SynthesizeOptions
+    from .prepare.regenerate import RegenerateOptions
+    from .prepare.synthesize import SynthesizeOptions
 
     regen = RegenerateOptions(
         temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed,
@@ -240,7 +240,7 @@ def _cmd_extract(a: argparse.Namespace) -> int:
 
 
 def _cmd_vocab(a: argparse.Namespace) -> int:
-    from .vocab import build_vocab
+    from .train.vocab import build_vocab
 
     r = build_vocab(a.freq, a.target_vocab_size, a.draft_vocab_size, a.output, data=a.data, verifier=a.verifier)
     top1 = "" if r.verifier_top1_coverage is None else \
@@ -283,7 +283,7 @@ def _cmd_eval(a: argparse.Namespace) -> int:
 def _cmd_serve_check(a: argparse.Namespace) -> int:
     import json
 
-    from .serve_check import check_draft
+    from .evaluate.serve_check import check_draft
 
     r = check_draft(a.draft, a.verifier, a.prompts, a.k, a.max_tokens, a.dtype, reference=not a.no_reference)
     r.pop("outputs", None)
@@ -302,7 +302,7 @@ def _cmd_serve_check(a: argparse.Namespace) -> int:
 
 
 def _print_losses(checkpoint: Path, losses: list[float]) -> None:
-    from .plot import loss_plot, loss_table
+    from .common.plot import loss_plot, loss_table
 
     print(f"checkpoint: {checkpoint}")
     if losses:
@@ -322,13 +322,13 @@ def _cmd_train(a: argparse.Namespace) -> int:
         max_minutes=a.max_minutes,
     )
     if a.nproc > 1 and "LOCAL_RANK" not in os.environ:
-        from .launch import torchrun_train
+        from .train.launch import torchrun_train
 
         torchrun_train(opts, a.nproc)
         _print_losses(a.output / "0", read_losses(a.output))
         return ExitCode.OK
     r = train(opts)
-    from .launch import LAUNCHED
+    from .train.launch import LAUNCHED
 
     if int(os.environ.get("RANK", "0")) == 0 and LAUNCHED not in os.environ:
         _print_losses(r.checkpoint, r.losses)
@@ -379,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose, args.quiet)
     import os
 
-    from .launch import NO_MULTICAST
+    from .train.launch import NO_MULTICAST
 
     for name, value in NO_MULTICAST.items():  # inherited by vLLM's workers and torchrun's ranks
         os.environ.setdefault(name, value)

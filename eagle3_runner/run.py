@@ -15,16 +15,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput, UsageError
+from .common.errors import BadInput, UsageError
 from .evaluate import EVAL_FILE
 from .extract import ExtractOptions, ExtractResult, extract, parse_shard
-from .formats import TRAIN_CONFIG, freq_path_for
+from .common.formats import TRAIN_CONFIG, freq_path_for
 from .prepare import PrepareResult, prepare, prepare_is_complete
 from .prepare import request as prepare_request
-from .regenerate import RegenerateOptions
-from .synthesize import SynthesizeOptions
+from .prepare.regenerate import RegenerateOptions
+from .prepare.synthesize import SynthesizeOptions
 from .train import TrainOptions, TrainResult, checkpoint_is_complete, read_losses, train
-from .vocab import build_vocab, vocab_is_complete
+from .train.vocab import build_vocab, vocab_is_complete
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
         gpu_memory_utilization=ex.get("gpu_memory_utilization"), sync=ex.get("sync", "end"),
     ))
     if res.extract.bad:
-        from .errors import ExitCode, RunnerError
+        from .common.errors import ExitCode, RunnerError
 
         raise RunnerError(
             f"extract: {len(res.extract.bad)} samples failed validation (lines {[i for i, _ in res.extract.bad][:20]})",
@@ -226,7 +226,7 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
     else:
         nproc = int(tr.get("nproc", 1))
         if nproc > 1:
-            from .launch import torchrun_train
+            from .train.launch import torchrun_train
 
             torchrun_train(opts, nproc)
         else:
@@ -289,8 +289,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -> dict[str, Any] | None:
     """vLLM serves the held-out turns with the draft; skipped when done for this checkpoint."""
-    from .atomic import write_json
-    from .serve_check import NoPrompts, check_draft
+    from .common.atomic import write_json
+    from .evaluate.serve_check import NoPrompts, check_draft
 
     out = cfg.workdir / SERVE_CHECK_FILE
     done = _read_json(out)
@@ -312,12 +312,12 @@ def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -
 
 
 def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 150, rows: int = 320) -> PipelineConfig:
-    """The learnable tiny verifier (:mod:`eagle3_runner.tiny_verifier`) and ``rows`` chat prompts,
+    """The learnable tiny verifier (:mod:`eagle3_runner.tiny.verifier`) and ``rows`` chat prompts,
     built in ``workdir`` offline; its own answers are regenerated through vLLM, and the run ends with
     the served check, which must agree with the offline prediction within 5 points."""
-    from .atomic import write_text
+    from .common.atomic import write_text
     from .tiny import tiny_chat_dataset
-    from .tiny_verifier import build_learnable_llama, is_built
+    from .tiny.verifier import build_learnable_llama, is_built
 
     workdir = Path(workdir).absolute()
     model = workdir / "model"

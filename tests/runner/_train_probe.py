@@ -13,13 +13,13 @@ from pathlib import Path
 
 import torch
 
-from eagle3_runner.formats import iter_sample_files
+from eagle3_runner.common.formats import iter_sample_files
 
 
 def batches(samples: Path, max_len: int) -> dict:
     from speculators.train.data import Eagle3SampleFileDataset, create_collate_fn
 
-    from eagle3_runner.train_data import ERROR, DevicePrefetcher, fast_loader
+    from eagle3_runner.train.data import ERROR, DevicePrefetcher, fast_loader
 
     files = [str(p) for _, p in iter_sample_files(samples)]
     n = len(files)
@@ -45,15 +45,15 @@ def batches(samples: Path, max_len: int) -> dict:
 
 def flops(samples: Path, vocab: Path, verifier: Path) -> dict:
     """One forward + backward of speculators' draft on one packed batch under FlopCounterMode,
-    and the mask's real (query, key) pairs, against eagle3_runner.flops."""
+    and the mask's real (query, key) pairs, against eagle3_runner.train.flops."""
     from speculators.models.eagle3.attention import create_combined_mask_mod
     from speculators.train import trainer as trainer_mod
     from torch.nn.attention.flex_attention import create_mask
     from torch.utils.flop_counter import FlopCounterMode
 
-    from eagle3_runner import flops as fl
+    from eagle3_runner.train import flops as fl
     from eagle3_runner.train import TrainOptions, draft_layer_config, train
-    from eagle3_runner.train_data import DevicePrefetcher
+    from eagle3_runner.train.data import DevicePrefetcher
 
     out: dict = {}
 

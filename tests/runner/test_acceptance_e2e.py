@@ -84,7 +84,7 @@ def _offline(run_cli, site: Path, checkpoint: Path, data: Path | None = None) ->
 
 def _layer_shifted(work: Path, tmp: Path, train_site: Path, run_cli) -> Path:
     """The held-out rows extracted again with every aux layer one lower (0, 2, 3)."""
-    from eagle3_runner.formats import load_sample
+    from eagle3_runner.common.formats import load_sample
 
     rows = tmp / "heldout.jsonl"
     rows.write_text("".join(json.dumps({"input_ids": s["input_ids"].tolist(), "loss_mask": s["loss_mask"].tolist()})

@@ -1,5 +1,5 @@
 """How drafts are scored offline (``eagle3_runner.evaluate``) and which prompts the served check
-uses (``eagle3_runner.serve_check``): hand-made cases whose answers are counted by hand."""
+uses (``eagle3_runner.evaluate.serve_check``): hand-made cases whose answers are counted by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from eagle3_runner.evaluate import Acceptance, leading_matches, score_sample  # noqa: E402
-from eagle3_runner.serve_check import turn_prompts, turns_of  # noqa: E402
+from eagle3_runner.evaluate.serve_check import turn_prompts, turns_of  # noqa: E402
 from eagle3_runner.train import split_files  # noqa: E402
 
 K = 3

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from eagle3_runner.chat_templates import (
+from eagle3_runner.prepare.chat_templates import (
     BUILTINS, JINJA_COMMENT, MARKER, builtin_text, end_of_turn, load_tokenizer, resolve_template,
 )
-from eagle3_runner.chat_tokens import RowTokenizer, has_generation_tags, mask_by_prefix_diff, mask_with_generation_tags
-from eagle3_runner.errors import UsageError
+from eagle3_runner.prepare.chat_tokens import RowTokenizer, has_generation_tags, mask_by_prefix_diff, mask_with_generation_tags
+from eagle3_runner.common.errors import UsageError
 
 EOT = {"llama-3": "<|eot_id|>", "chatml": "<|im_end|>", "deepseek": "<｜end▁of▁sentence｜>", "kimi": "<|im_end|>"}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",

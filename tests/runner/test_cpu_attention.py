@@ -12,7 +12,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask
 from speculators.models.eagle3.attention import (
     create_combined_mask_mod, extend_mask_for_draft_tokens, flex_attention_forward)
-from eagle3_runner.cpu_attention import dense_mask_sdpa_forward
+from eagle3_runner.common.cpu_attention import dense_mask_sdpa_forward
 
 torch.manual_seed(0)
 T, H, KV, D = 256, 4, 2, 16

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from eagle3_runner.formats import read_token_rows
+from eagle3_runner.common.formats import read_token_rows
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The fast capture path (eagle3_runner.backends.vllm_fast) against HF transformers, on real vLLM (CPU).
+"""The fast capture path (eagle3_runner.extract.backends.vllm_fast) against HF transformers, on real vLLM (CPU).
 
 One engine for the module: a tiny float32 Llama, a ragged batch of 14 prompts (one of them longer
 than ``max_num_batched_tokens``, so its prefill is chunked over several steps; two with identical
@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from eagle3_runner.backends import vllm_fast as fc  # noqa: E402
+from eagle3_runner.extract.backends import vllm_fast as fc  # noqa: E402
 
 LAYER_IDS = [0, 2, 5, 6]  # 6 = N (num_hidden_layers): output of the last layer
 MAX_BATCHED = 64

@@ -45,7 +45,7 @@ def engine(*a, **k):
     raise EngineReached
 
 # the boundaries: from here on vLLM is imported, built, and forks
-from eagle3_runner.backends import speculators_vllm, vllm_fast
+from eagle3_runner.extract.backends import speculators_vllm, vllm_fast
 vllm_fast.make_llm = engine
 speculators_vllm.SpeculatorsVllmBackend.__init__ = engine
 from eagle3_runner.cli import main

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from eagle3_runner.formats import freq_path_for, read_token_rows
-from eagle3_runner.chat_tokens import mask_by_prefix_diff, mask_with_generation_tags
+from eagle3_runner.common.formats import freq_path_for, read_token_rows
+from eagle3_runner.prepare.chat_tokens import mask_by_prefix_diff, mask_with_generation_tags
 
 
 def _spans(mask: list[int]) -> list[tuple[int, int]]:
@@ -90,7 +90,7 @@ def test_malformed_rows_named_and_nothing_written(tiny_llama, chat_rows, tmp_pat
 
 @pytest.mark.parametrize("content", ["[1, 2]", '{"messages": []}', '{"messages": [{"role": 1, "content": "x"}]}'])
 def test_row_shapes_rejected(tiny_llama, tmp_path, content):
-    from eagle3_runner.errors import BadInput
+    from eagle3_runner.common.errors import BadInput
     from eagle3_runner.prepare import prepare
 
     data = tmp_path / "d.jsonl"
@@ -205,9 +205,9 @@ def test_text_rows_have_every_token_in_the_loss(tiny_llama, tmp_path):
 
 
 def test_base_model_needs_a_template_for_chat_rows_not_for_text(base_llama, chat_file, tmp_path, capsys):
-    from eagle3_runner.chat_templates import builtin_text
+    from eagle3_runner.prepare.chat_templates import builtin_text
     from eagle3_runner.cli import main
-    from eagle3_runner.formats import tokens_sibling
+    from eagle3_runner.common.formats import tokens_sibling
 
     out = tmp_path / "t.jsonl"
     assert main(["prepare", "--model", str(base_llama), "--data", str(chat_file), "--output", str(out)]) == 6
@@ -232,7 +232,7 @@ def test_base_model_needs_a_template_for_chat_rows_not_for_text(base_llama, chat
 def test_template_file_without_generation_tags_and_rows_it_refuses(tiny_llama, chat_rows, tmp_path):
     from transformers import AutoTokenizer
 
-    from eagle3_runner.errors import BadInput
+    from eagle3_runner.common.errors import BadInput
     from eagle3_runner.prepare import prepare
 
     template = tmp_path / "plain.jinja"
@@ -303,7 +303,7 @@ def test_bad_rows_have_lines_and_reasons_and_skip_bad_reports_them(tiny_llama, c
 
 
 def test_format_forced_and_detected_per_file(tiny_llama, tmp_path):
-    from eagle3_runner.errors import UsageError
+    from eagle3_runner.common.errors import UsageError
     from eagle3_runner.prepare import prepare
 
     row = {"text": "Plain words here.", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
@@ -319,7 +319,7 @@ def test_format_forced_and_detected_per_file(tiny_llama, tmp_path):
 def test_record_says_what_made_the_tokens(tiny_llama, chat_file, tmp_path):
     import os
 
-    from eagle3_runner.formats import tokens_sibling
+    from eagle3_runner.common.formats import tokens_sibling
     from eagle3_runner.prepare import prepare, prepare_is_complete, request
 
     out = tmp_path / "t.jsonl"

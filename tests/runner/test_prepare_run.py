@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from eagle3_runner.errors import UsageError
+from eagle3_runner.common.errors import UsageError
 from eagle3_runner.run import load_config
 
 from .base_model import base_model_of
@@ -53,7 +53,7 @@ def test_prepare_keys_load_and_are_checked(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("rows", ["chatml-regenerated", "text"])
 def test_base_model_through_eagle3_run(tmp_path, tiny_llama, chat_rows, train_site, run_cli, rows):
-    from eagle3_runner.formats import read_token_rows
+    from eagle3_runner.common.formats import read_token_rows
     from eagle3_runner.train import read_losses
 
     base = base_model_of(tiny_llama, tmp_path / "base")

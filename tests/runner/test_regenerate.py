@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from eagle3_runner.errors import UsageError
+from eagle3_runner.common.errors import UsageError
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ RUN = """
 import sys
 from pathlib import Path
 from eagle3_runner.prepare import prepare
-from eagle3_runner.regenerate import RegenerateOptions
+from eagle3_runner.prepare.regenerate import RegenerateOptions
 prepare(Path(sys.argv[1]), [Path(sys.argv[2]), Path(sys.argv[3])], Path(sys.argv[4]), {seq},
         regenerate=RegenerateOptions(max_new_tokens={max_new}, batch_size=1, stop_token_ids=({stop},)))
 """
@@ -58,11 +58,11 @@ def _entries(side):
 def test_regenerate_equals_hf_greedy_and_resumes_after_kill(tiny_llama, chat_rows, tmp_path):
     from transformers import AutoTokenizer
 
-    from eagle3_runner.chat_tokens import RowTokenizer
-    from eagle3_runner.formats import read_token_rows, tokens_sibling
+    from eagle3_runner.prepare.chat_tokens import RowTokenizer
+    from eagle3_runner.common.formats import read_token_rows, tokens_sibling
     from eagle3_runner.prepare import prepare
-    from eagle3_runner.readers import read_rows
-    from eagle3_runner.regenerate import RegenerateOptions, regenerate, stop_tokens
+    from eagle3_runner.prepare.readers import read_rows
+    from eagle3_runner.prepare.regenerate import RegenerateOptions, regenerate, stop_tokens
 
     tok = AutoTokenizer.from_pretrained(str(tiny_llama))
     rt = RowTokenizer(tok)

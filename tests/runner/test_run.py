@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from eagle3_runner.cli import main
-from eagle3_runner.errors import BadInput
+from eagle3_runner.common.errors import BadInput
 from eagle3_runner.run import example_config, load_config, train_options
 from eagle3_runner.train import DEFAULT_LR
 

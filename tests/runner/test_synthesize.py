@@ -17,8 +17,8 @@ N = 5
 
 def _synthesize(model, out, count):
     from eagle3_runner.prepare import prepare
-    from eagle3_runner.regenerate import RegenerateOptions
-    from eagle3_runner.synthesize import SynthesizeOptions
+    from eagle3_runner.prepare.regenerate import RegenerateOptions
+    from eagle3_runner.prepare.synthesize import SynthesizeOptions
 
     return prepare(model, None, out, 256, synthesize=SynthesizeOptions(count=count, max_tokens=24, batch_size=8),
                    regenerate=RegenerateOptions(max_new_tokens=8))
@@ -29,7 +29,7 @@ def _side_entries(path):
 
 
 def test_synthesis_counts_drops_resumes_and_answers_on_policy(tiny_llama, tmp_path):
-    from eagle3_runner.synthesize import fold
+    from eagle3_runner.prepare.synthesize import fold
 
     out = tmp_path / "tokens.jsonl"
     first = _synthesize(tiny_llama, out, N)

@@ -84,8 +84,8 @@ def test_pipeline_tiny_llama_loss_decreases_and_checkpoint_loads(tmp_path, tiny_
 
 
 def test_torchrun_two_cpu_processes(tmp_path, tiny_llama, hf_samples, train_site, run_cli):
-    from eagle3_runner.formats import freq_path_for
-    from eagle3_runner.vocab import build_vocab
+    from eagle3_runner.common.formats import freq_path_for
+    from eagle3_runner.train.vocab import build_vocab
 
     tokens = hf_samples.parent / "tokens.jsonl"
     build_vocab(freq_path_for(tokens), None, 256, tmp_path / "vocab")

@@ -31,8 +31,8 @@ def _probe(site: Path, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def vocab(tmp_path_factory, hf_samples) -> Path:
-    from eagle3_runner.formats import freq_path_for
-    from eagle3_runner.vocab import build_vocab
+    from eagle3_runner.common.formats import freq_path_for
+    from eagle3_runner.train.vocab import build_vocab
 
     out = tmp_path_factory.mktemp("fast") / "vocab"
     build_vocab(freq_path_for(hf_samples.parent / "tokens.jsonl"), None, 256, out)
@@ -125,7 +125,7 @@ def test_flop_formula_matches_counted_flops(hf_samples, vocab, tiny_llama, train
 
 
 def test_prefetcher_casts_and_noises_only_real_rows():
-    from eagle3_runner.train_data import DevicePrefetcher
+    from eagle3_runner.train.data import DevicePrefetcher
 
     batch = {"hidden_states": torch.zeros(1, 6, 4, dtype=torch.bfloat16), "lengths": torch.tensor([2, 2]),
              "verifier_last_hidden_states": torch.ones(1, 6, 2, dtype=torch.bfloat16)}
@@ -143,7 +143,7 @@ def test_prefetcher_casts_and_noises_only_real_rows():
 def test_flops_of_a_tiny_step_by_hand():
     """Every product of a 1-layer draft, H=8, I=16, 2 heads x 4 (1 kv head), V=10, TTT 2, two
     documents of 3 and 2 tokens, written out one by one."""
-    from eagle3_runner.flops import DraftShapes, step_flops
+    from eagle3_runner.train.flops import DraftShapes, step_flops
 
     f = step_flops(DraftShapes(8, 16, 2, 1, 4, 10, 1, 2), [3, 2])
     q, k, v, o = 2 * 16 * 8, 2 * 16 * 4, 2 * 16 * 4, 2 * 8 * 8  # q/k/v over cat(embeds, h) = 16 wide
@@ -163,7 +163,7 @@ def test_flops_of_a_tiny_step_by_hand():
 
 def test_flops_of_llama3_8b_width_step():
     """The numbers quoted in the README (a 2 x 1023-token packed batch at Llama-3-8B width)."""
-    from eagle3_runner.flops import DraftShapes, step_flops
+    from eagle3_runner.train.flops import DraftShapes, step_flops
 
     f = step_flops(DraftShapes(4096, 14336, 32, 8, 128, 32000, 1, 3), [1023, 1023])
     h, i, v, n = 4096, 14336, 32000, 2046
@@ -176,7 +176,7 @@ def test_flops_of_llama3_8b_width_step():
 
 
 def test_loop_options_reach_torchrun_ranks():
-    from eagle3_runner.launch import train_args
+    from eagle3_runner.train.launch import train_args
     from eagle3_runner.train import TrainOptions
 
     args = train_args(TrainOptions(data=Path("d"), vocab=Path("v"), verifier=Path("m"), output=Path("o"),
@@ -189,7 +189,7 @@ def test_torchrun_arguments_parse_back_to_the_same_options():
     from dataclasses import fields
 
     from eagle3_runner.cli import _parser
-    from eagle3_runner.launch import train_args
+    from eagle3_runner.train.launch import train_args
     from eagle3_runner.train import TrainOptions
 
     for extra in ({}, {"epochs": 2.5, "eval_every": 0, "max_minutes": 3.0, "compile": True}):

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def vocab(tmp_path_factory, hf_samples):
-    from eagle3_runner.formats import freq_path_for
-    from eagle3_runner.vocab import build_vocab
+    from eagle3_runner.common.formats import freq_path_for
+    from eagle3_runner.train.vocab import build_vocab
 
     out = tmp_path_factory.mktemp("recipe") / "vocab"
     build_vocab(freq_path_for(hf_samples.parent / "tokens.jsonl"), None, 256, out)
@@ -61,9 +61,9 @@ def test_packing_samples_into_one_forward_changes_no_score(tmp_path, tiny_llama,
     code = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from eagle3_runner.draft_model import load_draft\n"
+        "from eagle3_runner.common.draft_model import load_draft\n"
         "from eagle3_runner.evaluate import Scorer\n"
-        "from eagle3_runner.formats import iter_sample_files\n"
+        "from eagle3_runner.common.formats import iter_sample_files\n"
         f"files = [p for _, p in iter_sample_files(Path({str(hf_samples)!r}))]\n"
         f"m = load_draft(Path({str(tmp_path / 'ckpt' / '0')!r}))\n"
         "out = {}\n"

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import torch
 
-from eagle3_runner.formats import read_token_rows
+from eagle3_runner.common.formats import read_token_rows
 
 from .test_extract import reference_states, rel
 
@@ -19,7 +19,7 @@ def test_preflight_refuses_unpatched_site_and_prints_the_fix(runner_root, tiny_l
     import upstream
 
     from eagle3_runner.cli import main
-    from eagle3_runner.preflight import verify_patch_state
+    from eagle3_runner.extract.preflight import verify_patch_state
 
     from .conftest import _link_vllm
 
@@ -49,7 +49,7 @@ def test_preflight_refuses_site_without_vllm(tiny_llama, small_tokens, tmp_path,
     from vllm_compat.target import Target
 
     from eagle3_runner.cli import main
-    from eagle3_runner.preflight import verify_patch_state
+    from eagle3_runner.extract.preflight import verify_patch_state
 
     try:
         whl = upstream.wheel("speculators", "0.3.0")

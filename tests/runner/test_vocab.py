@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from eagle3_runner.errors import BadInput, UsageError
-from eagle3_runner.formats import write_freq
-from eagle3_runner.vocab import build_vocab, load_vocab
+from eagle3_runner.common.errors import BadInput, UsageError
+from eagle3_runner.common.formats import write_freq
+from eagle3_runner.train.vocab import build_vocab, load_vocab
 
 
 def test_most_frequent_tokens_kept_and_offsets_map_back(tmp_path):
@@ -37,7 +37,7 @@ def test_padding_with_lowest_unused_ids_and_roundtrip(tmp_path):
 
 
 def test_bad_sizes_and_ids(tmp_path, tokens_file):
-    from eagle3_runner.formats import freq_path_for
+    from eagle3_runner.common.formats import freq_path_for
 
     with pytest.raises(UsageError):
         build_vocab(freq_path_for(tokens_file), 512, 600, tmp_path / "v")
@@ -53,8 +53,8 @@ def test_ranked_by_the_verifiers_top1_the_draft_vocab_covers_what_must_be_accept
     """On the tiny random verifier and the chat set's own answers, the text's most frequent
     tokens miss many of the verifier's greedy predictions; ranking by those predictions first
     covers them (a draft token outside the vocabulary can never be accepted)."""
-    from eagle3_runner.formats import freq_path_for
-    from eagle3_runner.vocab import verifier_top1_counts
+    from eagle3_runner.common.formats import freq_path_for
+    from eagle3_runner.train.vocab import verifier_top1_counts
 
     freq = freq_path_for(tokens_file)
     by_text = build_vocab(freq, None, 128, tmp_path / "text")
@@ -73,7 +73,7 @@ def test_ranked_by_the_verifiers_top1_the_draft_vocab_covers_what_must_be_accept
 
 
 def test_vocab_from_samples_without_the_last_layer_is_refused(tmp_path, tiny_llama, tokens_file, hf_samples):
-    from eagle3_runner.formats import DATA_CONFIG, freq_path_for
+    from eagle3_runner.common.formats import DATA_CONFIG, freq_path_for
 
     data = tmp_path / "samples"
     data.mkdir()

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from eagle3_runner.errors import UsageError
+from eagle3_runner.common.errors import UsageError
 
 
 def test_warmup_is_a_share_below_one_and_a_count_from_one():
@@ -59,7 +59,7 @@ class _Scores:
 def test_the_best_weights_seen_are_the_ones_restored(tmp_path):
     import torch
 
-    from eagle3_runner.train_eval import BestKeeper
+    from eagle3_runner.train.bookkeeping import BestKeeper
 
     model = torch.nn.Linear(2, 2)
     keeper = BestKeeper(_Scores([1.5, 2.1, 1.8, 1.7]), every=10, log_path=tmp_path / "evals.jsonl")
@@ -81,7 +81,7 @@ def test_the_best_weights_seen_are_the_ones_restored(tmp_path):
 def test_the_last_weights_stay_when_they_are_the_best(tmp_path):
     import torch
 
-    from eagle3_runner.train_eval import BestKeeper
+    from eagle3_runner.train.bookkeeping import BestKeeper
 
     model = torch.nn.Linear(2, 2)
     keeper = BestKeeper(_Scores([1.2, 1.9]), every=5, log_path=tmp_path / "evals.jsonl")
@@ -93,9 +93,9 @@ def test_the_last_weights_stay_when_they_are_the_best(tmp_path):
 
 
 def test_the_step_clock_logs_the_rate_and_an_eta(caplog):
-    from eagle3_runner.train_eval import StepClock
+    from eagle3_runner.train.bookkeeping import StepClock
 
-    caplog.set_level(logging.INFO, logger="eagle3_runner.train_eval")
+    caplog.set_level(logging.INFO, logger="eagle3_runner.train.bookkeeping")
     clock = StepClock(total=10, every=5)
     for step in range(10):
         clock.tick(step, 1.0)
@@ -106,7 +106,7 @@ def test_the_step_clock_logs_the_rate_and_an_eta(caplog):
 
 
 def test_the_automatic_draft_vocabulary_holds_99_percent_in_whole_kilotokens():
-    from eagle3_runner.vocab import auto_draft_vocab_size
+    from eagle3_runner.train.vocab import auto_draft_vocab_size
 
     counts = {t: 1000 for t in range(1500)}  # 1,500 equally likely tokens: 99% needs 1,485 of them
     counts.update({t: 1 for t in range(1500, 3000)})
@@ -116,7 +116,7 @@ def test_the_automatic_draft_vocabulary_holds_99_percent_in_whole_kilotokens():
 
 
 def test_an_import_failure_names_the_missing_dependency():
-    from eagle3_runner.vocab import import_failure
+    from eagle3_runner.train.vocab import import_failure
 
     dep = ModuleNotFoundError("No module named 'datasets'", name="datasets")
     assert "needs 'datasets', which is not installed" in import_failure("speculators.train.vocab_mapping", dep)
@@ -126,7 +126,7 @@ def test_an_import_failure_names_the_missing_dependency():
 
 
 def test_prompt_rows_are_accepted_only_when_the_answers_are_regenerated(tmp_path):
-    from eagle3_runner.readers import read_rows
+    from eagle3_runner.prepare.readers import read_rows
 
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"messages": [{"role": "user", "content": "Hi"}]}\n'
@@ -139,7 +139,7 @@ def test_prompt_rows_are_accepted_only_when_the_answers_are_regenerated(tmp_path
 
 
 def test_synthesized_turns_are_dropped_when_empty_repeated_or_overlong():
-    from eagle3_runner.synthesize import DUPLICATE, EMPTY, KEPT, OVERLONG, classify, fold
+    from eagle3_runner.prepare.synthesize import DUPLICATE, EMPTY, KEPT, OVERLONG, classify, fold
 
     seen = {fold("What is tea?")}
     assert classify("  what IS\n tea? ", "stop", seen) == DUPLICATE
@@ -152,8 +152,8 @@ def test_the_user_turn_prefix_is_the_template_up_to_the_users_words():
     from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
 
-    from eagle3_runner.errors import EnvironmentProblem
-    from eagle3_runner.synthesize import user_turn_prefix
+    from eagle3_runner.common.errors import EnvironmentProblem
+    from eagle3_runner.prepare.synthesize import user_turn_prefix
 
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")))
     tok.chat_template = ("<s>sys: be brief</s>{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}"

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from .acceptance import Acceptance, EvalReport, leading_matches, score_sample  # noqa: F401 - re-exported
-from .errors import BadInput, UsageError
-from .formats import TRAIN_CONFIG, iter_sample_files
-from .verifier_head import load_tensors, verifier_greedy, verifier_head  # noqa: F401 - re-exported
+from ..common.errors import BadInput, UsageError
+from ..common.formats import TRAIN_CONFIG, iter_sample_files
+from ..common.verifier_head import load_tensors, verifier_greedy, verifier_head  # noqa: F401 - re-exported
 
 logger = logging.getLogger(__name__)
 
@@ -83,12 +83,12 @@ PACK_TOKENS = {"cuda": 8192, "cpu": 0}
 
 class Scorer:
     """Scores drafts on fixed samples: the samples and the verifier's head are loaded once, so a
-    draft in training can be scored every few steps (:mod:`eagle3_runner.train_eval`)."""
+    draft in training can be scored every few steps (:mod:`eagle3_runner.train.bookkeeping`)."""
 
     def __init__(self, files: list[Path], verifier: Path, device: str, k: int, pack_tokens: int | None = None) -> None:
         import torch
 
-        from .draft_model import _import_speculators
+        from ..common.draft_model import _import_speculators
 
         if k < 1:
             raise UsageError("-k must be at least 1")
@@ -99,7 +99,7 @@ class Scorer:
         # score (a held-out split of a large verifier does not fit in memory as float32)
         self.dataset = _import_speculators()["Eagle3SampleFileDataset"](
             max_len=10**9, file_list=[str(f) for f in self.files])
-        from .formats import load_sample
+        from ..common.formats import load_sample
 
         lengths = {i: int(load_sample(f)["input_ids"].shape[0]) - 1 for i, f in enumerate(self.files)}  # mmap: cheap
         kept = [i for i, n in lengths.items() if n >= 2]
@@ -133,7 +133,7 @@ class Scorer:
         model.eval()
         # Scored eagerly: FlexAttention refuses an eager block mask padded past the pack's length,
         # so the dense-mask SDPA attention (any device) runs the same masks.
-        from .cpu_attention import register
+        from ..common.cpu_attention import register
 
         layer_cfg = model.config.transformer_layer_config
         attn, layer_cfg._attn_implementation = layer_cfg._attn_implementation, register()
@@ -161,8 +161,8 @@ class Scorer:
 def evaluate(draft: Path, data: Path | None = None, verifier: Path | None = None, k: int | None = None,
              device: str = "cpu", files: list[Path] | None = None) -> EvalReport:
     """Offline acceptance of ``draft`` on the samples of ``data`` (default: its held-out split)."""
-    from .cpu_attention import attention_for
-    from .draft_model import load_draft
+    from ..common.cpu_attention import attention_for
+    from ..common.draft_model import load_draft
 
     ckpt, train_out = resolve_checkpoint(draft)
     if files is None:

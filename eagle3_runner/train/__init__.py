@@ -9,7 +9,7 @@ the draft's input, the last gives the teacher logits), speculators' multipack ba
 * ``--steps N``: the sampler yields exactly ``N`` packed batches (cycling the data over
   sampler epochs), and the trainer runs one epoch; the checkpoint is ``CKPT/0``.
 * CPU: the device is passed to the trainer as ``"cpu"`` (it moves batches with
-  ``.to(local_rank)``); attention runs through :mod:`eagle3_runner.cpu_attention` (FlexAttention
+  ``.to(local_rank)``); attention runs through :mod:`eagle3_runner.common.cpu_attention` (FlexAttention
   has no CPU backward); ``torch.compile`` is off unless ``--compile``; under ``torchrun`` the
   process group uses gloo and FSDP's sharded layers are materialized on the CPU (speculators'
   trainer materializes them on CUDA).
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .draft_model import _import_speculators, draft_layer_config, load_draft  # noqa: F401 - re-exported
-from .errors import BadInput, EnvironmentProblem, UsageError
-from .formats import DATA_CONFIG, LOSS_LOG, TRAIN_CONFIG, iter_sample_files
+from ..common.draft_model import _import_speculators, draft_layer_config, load_draft  # noqa: F401 - re-exported
+from ..common.errors import BadInput, EnvironmentProblem, UsageError
+from ..common.formats import DATA_CONFIG, LOSS_LOG, TRAIN_CONFIG, iter_sample_files
 from .vocab import load_vocab
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class TrainOptions:
     scheduler: str = "linear"
     noise_std: float = 0.0  # uniform noise on the input states (speculators' AddUniformNoise)
     compile: bool = False
-    loop: str = "auto"  # "fast": eagle3_runner.train_loop; "speculators": its Trainer loop as is; auto: fast on CUDA
+    loop: str = "auto"  # "fast": eagle3_runner.train.loop; "speculators": its Trainer loop as is; auto: fast on CUDA
     precision: str = "auto"  # fast loop: "bf16" autocast (auto on CUDA) or "fp32" (auto on CPU)
     val_fraction: float = 0.1  # samples held out for acceptance (at most MAX_VAL_SAMPLES)
     epochs: float | None = None  # passes over the training samples; overrides steps when given
@@ -175,12 +175,12 @@ def train(opts: TrainOptions) -> TrainResult:
     if opts.steps < 1 and opts.epochs is None:
         raise UsageError("--steps must be at least 1")
     if opts.device == "auto":
-        from .extract import has_gpu
+        from ..common.environment import has_gpu
 
         opts = replace(opts, device="cuda" if has_gpu() else "cpu")
     if opts.device not in ("cpu", "cuda"):
         raise UsageError("--device must be auto, cpu or cuda")
-    from .train_loop import LOOPS, PRECISIONS, fast_setup, resolve_loop, wants_compile
+    from .loop import LOOPS, PRECISIONS, fast_setup, resolve_loop, wants_compile
 
     if opts.loop not in LOOPS or opts.precision not in PRECISIONS:
         raise UsageError(f"--loop must be one of {LOOPS}, --precision one of {PRECISIONS}")
@@ -209,7 +209,7 @@ def train(opts: TrainOptions) -> TrainResult:
     files, val_files = split_files(files, opts.val_fraction, opts.seed)
     d2t, t2d = load_vocab(opts.vocab)
 
-    from .cpu_attention import attention_for
+    from ..common.cpu_attention import attention_for
 
     attn = attention_for(opts.device)
     from transformers import AutoConfig
@@ -257,7 +257,7 @@ def train(opts: TrainOptions) -> TrainResult:
         scheduler_warmup_steps=warmup_steps(opts.warmup, steps),
         scheduler_total_steps=steps,
     )
-    from .train_eval import EVALS, BestKeeper, StepClock, default_eval_every, keeping_best
+    from .bookkeeping import EVALS, BestKeeper, StepClock, default_eval_every, keeping_best
 
     recorder = _LossRecorder(Path(opts.output) / LOSS_LOG) if rank == 0 else None
     keeper = None
@@ -267,7 +267,7 @@ def train(opts: TrainOptions) -> TrainResult:
     if every < 0:
         raise UsageError(f"--eval-every must be >= 0, got {every}")
     if rank == 0 and val_files and not distributed and every > 0:
-        from .evaluate import Scorer
+        from ..evaluate import Scorer
 
         keeper = BestKeeper(Scorer([Path(f) for f in val_files], Path(opts.verifier), opts.device, opts.ttt_steps),
                             every, Path(opts.output) / EVALS)
@@ -297,7 +297,7 @@ def train(opts: TrainOptions) -> TrainResult:
             recorder.close()
     checkpoint = Path(opts.output) / "0"
     if rank == 0:
-        from .atomic import write_json
+        from ..common.atomic import write_json
 
         write_json(Path(opts.output) / TRAIN_CONFIG, {
             "checkpoint": str(checkpoint.absolute()), "verifier": str(Path(opts.verifier).absolute()),
@@ -347,8 +347,8 @@ def resolve_steps(opts: TrainOptions, sampler: Any) -> int:
 
 def evaluate_heldout(output: Path, device: str, k: int) -> Any:
     """Offline acceptance of the saved draft on its held-out split, written to ``OUTPUT/eval.json``."""
-    from .atomic import write_json
-    from .evaluate import EVAL_FILE, evaluate
+    from ..common.atomic import write_json
+    from ..evaluate import EVAL_FILE, evaluate
 
     report = evaluate(Path(output), device=device, k=k)
     write_json(Path(output) / EVAL_FILE, report.to_dict())

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput, EnvironmentProblem, UsageError
+from ..common.errors import BadInput, EnvironmentProblem, UsageError
 
 Prompt = str | Sequence[int]
 DEFAULT_MAX_TOKENS = 64
@@ -77,7 +77,7 @@ def turn_prompts(rows: Sequence[tuple[Sequence[int], Sequence[int]]], k: int) ->
 
 
 def prompts_from_samples(files: Sequence[Path], k: int) -> tuple[list[Prompt], list[int]]:
-    from .formats import load_sample
+    from ..common.formats import load_sample
 
     rows = []
     for f in files:
@@ -97,7 +97,7 @@ def prompts_from_file(path: Path, k: int) -> tuple[list[Prompt], list[int] | Non
         if not all(isinstance(p, str) or (isinstance(p, list) and all(isinstance(t, int) for t in p)) for p in data):
             raise BadInput(f"{path}: a JSON prompt list holds strings or lists of token ids")
         return data, None
-    from .formats import read_token_rows
+    from ..common.formats import read_token_rows
 
     return turn_prompts([(r.input_ids, r.loss_mask) for r in read_token_rows(Path(path))], k)
 
@@ -112,7 +112,7 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
 
     from vllm import LLM, SamplingParams
 
-    from .extract import default_memory_share
+    from ..common.environment import default_memory_share
 
     t0 = time.monotonic()
     spec = {"method": "eagle3", "model": req.draft, "num_speculative_tokens": req.k} if req.draft else None
@@ -141,7 +141,7 @@ def _in_child(req: ServeRequest, timeout: float, env: dict[str, str] | None) -> 
     with tempfile.TemporaryDirectory(prefix="serve_check-") as tmp:
         req_file, res_file = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req_file.write_text(json.dumps(req.__dict__))
-        proc = subprocess.run([sys.executable, "-m", "eagle3_runner.serve_check", "--request", str(req_file),
+        proc = subprocess.run([sys.executable, "-m", "eagle3_runner.evaluate.serve_check", "--request", str(req_file),
                                "--result", str(res_file)], capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, **(env or {})})
         if proc.returncode or not res_file.is_file():
@@ -195,7 +195,7 @@ def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Promp
 def _data_dtype(files: Sequence[Path]) -> str:
     """The dtype the samples were extracted in (their data_config.json), so that served and offline
     numbers come from the same verifier arithmetic; ``auto`` when it is not recorded."""
-    from .formats import DATA_CONFIG
+    from ..common.formats import DATA_CONFIG
 
     try:
         return str(json.loads((Path(files[0]).parent / DATA_CONFIG).read_text(encoding="utf-8"))["dtype"])
@@ -208,7 +208,7 @@ def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None 
                 env: dict[str, str] | None = None) -> dict[str, Any]:
     """``eagle3 serve-check``: the checkpoint's verifier (or ``verifier``) serves ``prompts``
     (default: the draft's held-out turns) with the draft."""
-    from .evaluate import heldout_files, resolve_checkpoint
+    from . import heldout_files, resolve_checkpoint
 
     ckpt, train_out = resolve_checkpoint(draft)
     if verifier is None:
@@ -228,7 +228,7 @@ def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None 
 
 def main(argv: list[str] | None = None) -> int:
     """The child process: ``--request FILE --result FILE`` (one engine)."""
-    p = argparse.ArgumentParser(prog="python -m eagle3_runner.serve_check")
+    p = argparse.ArgumentParser(prog="python -m eagle3_runner.evaluate.serve_check")
     p.add_argument("--request", type=Path, required=True)
     p.add_argument("--result", type=Path, required=True)
     a = p.parse_args(argv)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .extract import _load_model_config, default_memory_share
+from ..common.environment import default_memory_share, load_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def engine_dtype(requested: str, config: Any, on_cpu: bool) -> str:
 def capped_model_len(model: Path, want: int) -> int:
     """``want`` rounded up to 32, at most the model's ``max_position_embeddings``."""
     want = -(-want // 32) * 32
-    cap = getattr(_load_model_config(model), "max_position_embeddings", None)
+    cap = getattr(load_model_config(model), "max_position_embeddings", None)
     return min(want, int(cap)) if cap else want
 
 
@@ -57,7 +57,7 @@ class LazyEngine:
             import torch
 
             on_cpu = not torch.cuda.is_available()
-            dtype = engine_dtype(o.dtype, _load_model_config(self.model), on_cpu)
+            dtype = engine_dtype(o.dtype, load_model_config(self.model), on_cpu)
             from vllm import LLM
 
             logger.info("starting vLLM on %s (max_model_len %d, dtype %s)", self.model, self.max_model_len, dtype)

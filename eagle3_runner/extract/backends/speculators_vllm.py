@@ -1,8 +1,8 @@
 """The vLLM backend: speculators' own ``VllmHiddenStatesGenerator`` (patched by vllm-compat).
 
-The patched generator follows the capture convention of :mod:`eagle3_runner.layers` and returns,
+The patched generator follows the capture convention of :mod:`eagle3_runner.common.layers` and returns,
 per prompt and in input order, ``{"input_ids", "hidden_states": [Tensor[T, H] per layer id],
-"loss_mask": None}``.  ``extract`` runs :mod:`eagle3_runner.preflight` before building this.
+"loss_mask": None}``.  ``extract`` runs :mod:`eagle3_runner.extract.preflight` before building this.
 
 ``--dtype``: passed to the generator when its constructor accepts ``dtype``; otherwise the
 generator's engine config (built by its ``_create_vllm_config``) gets the dtype set before the
@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from importlib import metadata
 from typing import Any
 
-from ..errors import EnvironmentProblem
+from ...common.errors import EnvironmentProblem
 from . import Backend, BackendOptions, dtype_name
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ loop and optimizer set-up replaced, running the same ``Eagle3DraftModel.forward`
 
 What differs from speculators' ``Trainer.train_epoch`` (``speculators/train/trainer.py``), and why:
 
-* batches come from :mod:`eagle3_runner.train_data` (worker processes, pinned memory, the next
+* batches come from :mod:`eagle3_runner.train.data` (worker processes, pinned memory, the next
   batch copied to the device on a side stream while the current one trains) instead of a
   single-process loader whose ``.to(device, non_blocking=True)`` copies from pageable memory;
 * ``precision="bf16"``: the forward runs under ``torch.autocast(bfloat16)``; weights, gradients
@@ -65,7 +65,7 @@ def fast_setup(trainer_cls: type, files: list[str], batch_sampler: Any, *, max_l
     """The fast loop's loader (for the same batch sampler) and trainer class (from ``trainer_cls``)."""
     import os
 
-    from .train_data import fast_loader
+    from .data import fast_loader
 
     loader = fast_loader(files, batch_sampler, max_len=max_len, num_layers=num_layers, hidden_size=hidden_size,
                          workers=loader_workers(os.cpu_count()), pin_memory=device == "cuda")
@@ -75,8 +75,8 @@ def fast_setup(trainer_cls: type, files: list[str], batch_sampler: Any, *, max_l
 
 def fast_trainer(base: type, *, precision: str, transform: Any = None, deadline: float | None = None) -> type:
     """``base`` (speculators' ``Trainer`` or a subclass) with the fast epoch loop; its
-    ``train_loader`` must yield packed CPU batches (:func:`~eagle3_runner.train_data.fast_loader`),
-    which a :class:`~eagle3_runner.train_data.DevicePrefetcher` moves to the device.  At
+    ``train_loader`` must yield packed CPU batches (:func:`~eagle3_runner.train.data.fast_loader`),
+    which a :class:`~eagle3_runner.train.data.DevicePrefetcher` moves to the device.  At
     ``deadline`` (``time.monotonic()``) the loop stops after the step in flight; the checkpoint
     is saved as at the end."""
 
@@ -109,8 +109,8 @@ def fast_trainer(base: type, *, precision: str, transform: Any = None, deadline:
         def train_epoch(self, epoch: int) -> None:
             import torch
 
-            from .progress import bar
-            from .train_data import DevicePrefetcher
+            from ..common.progress import bar
+            from .data import DevicePrefetcher
 
             self.model.train()
             if hasattr(self.train_loader.batch_sampler, "set_epoch"):

@@ -7,7 +7,7 @@ chat set of :mod:`eagle3_runner.tiny` (templated sentences inside the chat templ
 architecture answers with peaked, structured text, the way real chat models do, so acceptance
 measures how well the draft learned it.  Built offline and seeded; ``eagle3 run --tiny`` uses it.
 
-``python -m eagle3_runner.tiny_verifier DEST [--steps N]`` builds one from the command line.
+``python -m eagle3_runner.tiny.verifier DEST [--steps N]`` builds one from the command line.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import random
 import time
 from pathlib import Path
 
-from .tiny import build_tiny_llama, tiny_chat_dataset
+from . import build_tiny_llama, tiny_chat_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def build_learnable_llama(dest: Path, seed: int = 0, steps: int = 120, batch: in
             logger.info("tiny verifier step %d/%d loss %.3f (%.0fs)", step + 1, steps, losses[-1], time.monotonic() - t0)
     model.eval()
     model.save_pretrained(str(dest))
-    from .atomic import write_json
+    from ..common.atomic import write_json
 
     write_json(dest / TRAINING_FILE, {"seed": seed, "steps": steps, "batch": batch, "lr": lr, "rows": rows,
                                       "sentences": list(SENTENCES),
@@ -90,7 +90,7 @@ def is_built(dest: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eagle3_runner.tiny_verifier", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m eagle3_runner.tiny.verifier", description=__doc__.splitlines()[0])
     parser.add_argument("dest", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=120)

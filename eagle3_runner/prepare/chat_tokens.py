@@ -1,7 +1,7 @@
 """Rows -> token ids and a loss mask (1 on the tokens the draft learns to predict).
 
 Chat rows are rendered with the chat template set on the tokenizer
-(:func:`eagle3_runner.chat_templates.load_tokenizer`); the mask covers the assistant turns:
+(:func:`eagle3_runner.prepare.chat_templates.load_tokenizer`); the mask covers the assistant turns:
 
 * when the template marks assistant turns with ``{% generation %}...{% endgeneration %}``,
   the mask is the tokenizer's own ``return_assistant_tokens_mask``;

@@ -14,10 +14,10 @@ sees small summaries.  By job:
 ``LLM(..., worker_extension_cls=EXTENSION, enable_prefix_caching=False, enforce_eager=True)``
 (:func:`make_llm`); :func:`run_fast` registers each batch's samples with the worker, then
 ``LLM.generate(max_tokens=1)`` runs them.  Layer ids follow the capture convention of
-:mod:`eagle3_runner.layers`.
+:mod:`eagle3_runner.common.layers`.
 """
 
-from ...formats import sample_path
+from ....common.formats import sample_path
 from .driver import extract_fast, make_llm, run_fast, setup_capture
 from .files import write_sample_atomic, valid_sample_file
 from .worker import EXTENSION, EXTRA_KEY, CaptureWorkerExtension

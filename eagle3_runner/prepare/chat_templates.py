@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput, EnvironmentProblem, UsageError
+from ..common.errors import BadInput, EnvironmentProblem, UsageError
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .atomic import fsync_dir, write_text
-from .errors import BadInput, UsageError
+from ..common.atomic import fsync_dir, write_text
+from ..common.errors import BadInput, UsageError
 
 logger = logging.getLogger(__name__)
 

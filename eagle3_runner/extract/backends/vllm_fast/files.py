@@ -16,8 +16,8 @@ from pathlib import Path
 
 from patches.shims.host_memory import bytes_view, pwrite_all
 
-from ...atomic import TMP_MARK
-from ...formats import existing_sample_ok
+from ....common.atomic import TMP_MARK
+from ....common.formats import existing_sample_ok
 
 WRITE_MODES = ("raw", "torch", "none")  # none: capture, copy and validate only (benchmarks)
 
@@ -34,7 +34,7 @@ def write_sample_atomic(path: str | os.PathLike, sample: dict, mode: str = "raw"
     import torch
 
     path = Path(path)
-    # Same temporary naming as eagle3_runner.atomic, so clean_temporaries() removes leftovers.
+    # Same temporary naming as eagle3_runner.common.atomic, so clean_temporaries() removes leftovers.
     tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{threading.get_ident()}")
     tensors = [sample["input_ids"], *sample["hidden_states"], sample["loss_mask"]]
     nbytes = sum(t.numel() * t.element_size() for t in tensors)

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import EnvironmentProblem, ExitCode, RunnerError
+from ..common.errors import EnvironmentProblem, ExitCode, RunnerError
 
 logger = logging.getLogger(__name__)
 

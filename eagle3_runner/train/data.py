@@ -10,7 +10,7 @@ compares them), with three differences in *how*:
 * each batch is packed straight into one ``[1, max_len, ...]`` tensor per key (no per-sample
   ``cat`` + ``to(float)`` + batch ``cat`` + pad), in ``DataLoader`` worker processes, pinned
   by the loader's pin thread, and copied to the device one batch ahead on a side stream;
-* a malformed sample file stops training with :class:`~eagle3_runner.errors.BadInput` naming the
+* a malformed sample file stops training with :class:`~eagle3_runner.common.errors.BadInput` naming the
   file and what is wrong (speculators raises whatever indexing or ``torch.cat`` fails with).
 
 Noise (``--noise-std``, speculators' ``AddUniformNoise`` on the auxiliary states) is applied by
@@ -23,8 +23,8 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from .errors import BadInput
-from .formats import load_sample, sample_problems
+from ..common.errors import BadInput
+from ..common.formats import load_sample, sample_problems
 
 logger = logging.getLogger(__name__)
 

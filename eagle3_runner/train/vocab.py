@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_json, write_with
-from .errors import BadInput, UsageError
-from .formats import read_freq
+from ..common.atomic import write_json, write_with
+from ..common.errors import BadInput, UsageError
+from ..common.formats import read_freq
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +108,8 @@ def verifier_top1_counts(data: Path, verifier: Path | None = None, device: str =
     there is one (``auto``: the head over every masked row of a large run is a lot of arithmetic)."""
     import torch
 
-    from .verifier_head import verifier_greedy, verifier_head
-    from .formats import DATA_CONFIG, iter_sample_files, load_sample
+    from ..common.verifier_head import verifier_greedy, verifier_head
+    from ..common.formats import DATA_CONFIG, iter_sample_files, load_sample
 
     try:
         cfg = json.loads((Path(data) / DATA_CONFIG).read_text(encoding="utf-8"))
@@ -124,7 +124,7 @@ def verifier_top1_counts(data: Path, verifier: Path | None = None, device: str =
         raise BadInput(f"{data}: the last layer id is {cfg['layer_ids'][-1]}, not the verifier's last "
                        f"layer {n_layers}: its greedy tokens cannot be computed from these samples")
     if device == "auto":
-        from .extract import has_gpu
+        from ..common.environment import has_gpu
 
         device = "cuda" if has_gpu() else "cpu"
     norm_w, head_w, eps = verifier_head(verifier)

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..errors import EnvironmentProblem
-from ..layers import num_layers
+from ...common.errors import EnvironmentProblem
+from ...common.layers import num_layers
 from . import Backend, BackendOptions, dtype_name, torch_dtype
 
 logger = logging.getLogger(__name__)

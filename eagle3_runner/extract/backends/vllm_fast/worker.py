@@ -16,12 +16,12 @@ from typing import Any
 
 from patches.shims.capture import Job, StepCapture
 
-from ...formats import sample_problems
+from ....common.formats import sample_problems
 from .files import write_sample_atomic
 
 logger = logging.getLogger(__name__)
 
-EXTENSION = "eagle3_runner.backends.vllm_fast.worker.CaptureWorkerExtension"
+EXTENSION = "eagle3_runner.extract.backends.vllm_fast.worker.CaptureWorkerExtension"
 EXTRA_KEY = "eagle3_fast_capture"  # SamplingParams.extra_args key holding the sample index
 
 

@@ -4,14 +4,14 @@ A chat model given its template up to where a user's message starts writes a pla
 message and closes the turn.  So the prompt is the template rendered for one user message, cut
 where that message's content begins (the system prompt the template adds by default stays in),
 and sampling (temperature 1 by default) stops at the end-of-turn marker, EOS or any special token.
-``prepare`` then has the verifier answer each one on-policy (:mod:`eagle3_runner.regenerate`).
+``prepare`` then has the verifier answer each one on-policy (:mod:`eagle3_runner.prepare.regenerate`).
 
 Kept in index order: a turn is dropped when empty, when it repeats an earlier one (compared with
 case and whitespace folded), or when it hit ``max_tokens`` without ending (overlong); each is
 counted.  Generation goes on until ``count`` turns are kept or ``max_attempts`` samples were
 drawn.  Sample ``i`` has the seed ``seed + i``, so the turns do not depend on batching or on
 where a run was resumed.  Resumable: finished samples are appended a batch at a time to a side
-file (:class:`~eagle3_runner.regen_store.SideFile`; other settings are refused).
+file (:class:`~eagle3_runner.prepare.regen_store.SideFile`; other settings are refused).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .chat_templates import PROBE, end_of_turn
-from .errors import EnvironmentProblem, UsageError
+from ..common.errors import EnvironmentProblem, UsageError
 from .regen_store import SideFile
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ def _settings(model: Path, tokenizer: Any, prefix: str, stop: list[int], o: Synt
 
 def synthesize(model: Path, tokenizer: Any, side_path: Path, options: SynthesizeOptions, engine: Any) -> SynthesizeResult:
     """``options.count`` user turns (fewer, with a warning, when ``max_attempts`` runs out first);
-    ``engine`` is a :class:`~eagle3_runner.engine.LazyEngine` (built only when a sample is missing)."""
+    ``engine`` is a :class:`~eagle3_runner.prepare.engine.LazyEngine` (built only when a sample is missing)."""
     _check(options)
     prefix = user_turn_prefix(tokenizer)
     prompt_ids = tokenizer.encode(prefix, add_special_tokens=False)
@@ -159,7 +159,7 @@ def _generate(engine: Any, prompt_ids: list[int], stop: list[int], o: Synthesize
               result: SynthesizeResult, index: int, limit: int, take: Any) -> None:
     from vllm import SamplingParams
 
-    from .progress import bar
+    from ..common.progress import bar
 
     llm = engine.get()
     started = time.monotonic()

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BadInput, EnvironmentProblem, UsageError
-from .formats import _summarize, scan_checked_lines
+from ..common.errors import BadInput, EnvironmentProblem, UsageError
+from ..common.formats import _summarize, scan_checked_lines
 
 FORMATS = ("messages", "sharegpt", "text")
 FORMAT_KEYS = {"messages": "messages", "sharegpt": "conversations", "text": "text"}

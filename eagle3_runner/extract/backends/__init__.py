@@ -2,7 +2,7 @@
 
 A backend is built from :class:`BackendOptions`, runs batches of ``(line index, token ids)``
 and yields ``(line index, [Tensor[T, H] per layer id])`` following the capture convention of
-:mod:`eagle3_runner.layers`.  ``extract`` does everything else (resume, validation, atomic
+:mod:`eagle3_runner.common.layers`.  ``extract`` does everything else (resume, validation, atomic
 writes, progress).  To add one (e.g. a worker-extension backend that writes files inside the
 vLLM worker), subclass :class:`Backend` and add a ``"name": "module:Class"`` entry to
 :data:`BACKENDS`; modules are imported only when their backend is chosen.
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import UsageError
+from ...common.errors import UsageError
 
 BACKENDS: dict[str, str] = {
-    "vllm": "eagle3_runner.backends.speculators_vllm:SpeculatorsVllmBackend",
-    "hf": "eagle3_runner.backends.hf:HFBackend",
+    "vllm": "eagle3_runner.extract.backends.speculators_vllm:SpeculatorsVllmBackend",
+    "hf": "eagle3_runner.extract.backends.hf:HFBackend",
 }
 
 DTYPES = ("auto", "bfloat16", "float32")

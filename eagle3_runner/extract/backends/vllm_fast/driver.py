@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...atomic import clean_temporaries, fsync_dir
-from ...formats import sample_path
+from ....common.atomic import clean_temporaries, fsync_dir
+from ....common.formats import sample_path
 from .files import valid_sample_file
 from .worker import EXTENSION, EXTRA_KEY
 

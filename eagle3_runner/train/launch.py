@@ -8,8 +8,8 @@ import subprocess
 import sys
 from dataclasses import fields
 
-from .errors import ExitCode, RunnerError
-from .train import TrainOptions
+from ..common.errors import ExitCode, RunnerError
+from . import TrainOptions
 
 logger = logging.getLogger(__name__)
 

