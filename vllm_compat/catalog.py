@@ -119,9 +119,12 @@ def load(sources: list[Source] | None = None, entry_points: dict | None = None) 
 
 
 def _load_builtin() -> tuple[list[Patch], dict[str, str]]:
-    import patches  # noqa: PLC0415
+    # The built-in catalog is data to the engine, found by its folder and loaded by module name
+    # as user catalogs are: the engine never imports it statically (its modules import the engine).
+    from .catalogs import builtin_root  # noqa: PLC0415
 
-    root = Path(patches.__file__).parent
+    patches = importlib.import_module("patches")
+    root = Path(builtin_root())
     modules = []
     for sub in sorted(os.listdir(root)):
         pkg = root / sub

@@ -131,3 +131,14 @@ def test_each_fixed_mismatch_put_back_would_be_caught(tiny_run, tmp_path, train_
     print(json.dumps({"served": served["acceptance_per_position"], **mutations}))
     for name, predicted in mutations.items():
         assert _gap(predicted, served["acceptance_per_position"]) > TOLERANCE, (name, predicted, served)
+
+
+def test_serve_check_command_gives_what_run_recorded(tiny_run, train_site, run_cli):
+    """``eagle3 serve-check --draft CKPT`` as the README shows it: the same counters as ``run``'s."""
+    work, _, served, _ = tiny_run
+    proc = run_cli("serve-check", "--draft", str(work / "checkpoint"), "--json", env={"PYTHONPATH": str(train_site)},
+                   timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    again = json.loads(proc.stdout)
+    assert again["drafts"] == served["drafts"] and again["outputs_equal_reference"] is True
+    assert _gap(again["acceptance_per_position"], served["acceptance_per_position"]) == 0

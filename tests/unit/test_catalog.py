@@ -60,7 +60,7 @@ def test_real_catalog_loads_and_documents_every_patch() -> None:
         assert p.files, p.id
 
 
-def test_readme_table_and_changelog_list_every_patch() -> None:
+def test_catalog_page_and_changelog_list_every_patch() -> None:
     import subprocess
     import sys
     from pathlib import Path
@@ -68,7 +68,7 @@ def test_readme_table_and_changelog_list_every_patch() -> None:
     root = Path(__file__).resolve().parents[2]
     table = subprocess.run([sys.executable, str(root / "scripts" / "catalog_table.py")],
                            check=True, capture_output=True, text=True).stdout.strip()
-    assert table in (root / "README.md").read_text(), "README catalog table is stale: scripts/catalog_table.py --write"
+    assert table in (root / "docs" / "catalog.md").read_text(), "docs/catalog.md is stale: scripts/catalog_table.py --write"
     changelog = (root / "CHANGELOG.md").read_text()
     missing = [p.id for p in load().patches if f"`{p.id}`" not in changelog]
     assert not missing, f"CHANGELOG.md does not list {missing}"
