@@ -106,7 +106,10 @@ def _last_lines(text: str, n: int = 3) -> str:
 
 def _versions(err: str) -> str:
     m = re.search(r"\(from versions: ([^)]*)\)", err)
-    return f"it has: {m.group(1)}" if m else _last_lines(err, 1)
+    if not m:
+        return _last_lines(err, 1)
+    have = [v.strip() for v in m.group(1).split(",")]
+    return "its newest: " + ", ".join(have[-6:]) if have != ["none"] else "it has no release at all"
 
 
 def _wanted(name: str, python_only: bool) -> bool:
