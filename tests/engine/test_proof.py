@@ -186,3 +186,12 @@ def test_prove_on_the_installed_vllm_then_a_hand_edit(old_release, key, tmp_path
     proc = run(old_release, key, "prove", "--site-packages", str(site))
     assert proc.returncode == 11 and GENERATOR in proc.stderr and "edited by hand" in proc.stderr
     assert status(old_release, key, site).returncode == 13
+
+
+def test_status_with_a_proof_imports_nothing_heavy(old_release, key, proven):
+    code = ("import sys\nfrom vllm_compat import cli\n"
+            f"rc = cli.main(['status', '--site-packages', {str(proven)!r}])\n"
+            "heavy = [m for m in ('libcst', 'torch', 'vllm', 'speculators', 'transformers') if m in sys.modules]\n"
+            "print('RESULT', rc, heavy)\n")
+    proc = run(old_release, key, code=code)
+    assert "RESULT 0 []" in proc.stdout, proc.stdout + proc.stderr
