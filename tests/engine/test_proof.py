@@ -33,10 +33,13 @@ def old_release(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("old-release")
     for pkg in ("vllm_compat", "patches"):
         shutil.copytree(kit.REPO / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    from patches import SUPPORTED
+
     init = root / "patches" / "__init__.py"
     text = init.read_text()
-    assert '"vllm": ">=0.11.0,<0.35"' in text
-    init.write_text(text.replace('"vllm": ">=0.11.0,<0.35"', '"vllm": ">=0.11.0,<0.32"'))
+    shipped = f'"vllm": "{SUPPORTED["vllm"]}"'
+    assert shipped in text
+    init.write_text(text.replace(shipped, '"vllm": ">=0.11.0,<0.32"'))
     return root
 
 
