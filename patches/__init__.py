@@ -4,5 +4,5 @@
 # An installed version outside them is "unsupported" (exit 13) unless --allow-unsupported.
 SUPPORTED = {
     "speculators": ">=0.3.0,<0.5",
-    "vllm": ">=0.11.0,<0.34",
+    "vllm": ">=0.11.0,<0.35",
 }

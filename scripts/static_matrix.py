@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The static matrix: speculators {0.3.0, 0.4.0} x every vLLM minor release 0.11.0 .. 0.33.0.
+"""The static matrix: speculators {0.3.0, 0.4.0, 0.4.0.1} x every vLLM minor release 0.11.0 .. 0.34.0.
 
 For each cell it builds a throw-away site-packages from the real wheels (speculators unpacked,
 vLLM's Python sources and dist-info; see ``tests/upstream.py``, which caches the wheels), runs
@@ -12,7 +12,7 @@ Writes ``static-findings.md`` (a table: rows vLLM, columns speculators; "clean" 
 of findings, then every finding) and ``static-findings.json`` (every finding) to ``--out DIR``.
 Exit status: 0 when every selected cell is clean, 1 otherwise, 2 on a usage error.
 
-    python scripts/static_matrix.py --out .cache                 # all 50 cells
+    python scripts/static_matrix.py --out .cache                 # all 78 cells
     python scripts/static_matrix.py --out /tmp/m --cells 0.32.0,0.3.0@0.33.0 --jobs 2
     python scripts/static_matrix.py --out /tmp/m --no-apply      # the unpatched files
 """
@@ -38,8 +38,8 @@ sys.path.insert(0, str(REPO / "tests"))
 import upstream  # noqa: E402  (tests/upstream.py: wheel cache and site builder)
 from vllm_compat.check import check_sources  # noqa: E402
 
-SPECULATORS = ("0.3.0", "0.4.0")
-VLLM = ("0.11.0", "0.11.1", "0.11.2") + tuple(f"0.{m}.0" for m in range(12, 34))
+SPECULATORS = ("0.3.0", "0.4.0", "0.4.0.1")
+VLLM = ("0.11.0", "0.11.1", "0.11.2") + tuple(f"0.{m}.0" for m in range(12, 35))
 
 # The speculators files that use vLLM; always checked, patched or not.
 BASE_FILES = (

@@ -1,6 +1,6 @@
-"""The static matrix (``scripts/static_matrix.py``): 2 speculators x 25 vLLM releases.
+"""The static matrix (``scripts/static_matrix.py``): 3 speculators x 26 vLLM releases.
 
-The slow test runs all 50 cells (downloads the wheels once into the cache of
+The slow test runs all 78 cells (downloads the wheels once into the cache of
 ``tests/upstream.py``) and requires every one to be clean after ``vllm-compat apply``.
 The fast tests cover the script's own logic.
 """
@@ -24,22 +24,38 @@ def _load():
     return load_script("static_matrix")
 
 
-def test_the_matrix_has_50_cells_and_every_minor_release():
+def test_the_matrix_has_78_cells_and_every_minor_release():
     m = _load()
     cells = m.select(None)
-    assert len(cells) == 50 and len(set(cells)) == 50
-    assert set(m.SPECULATORS) == {"0.3.0", "0.4.0"}
-    assert m.VLLM[0] == "0.11.0" and m.VLLM[-1] == "0.33.0" and len(m.VLLM) == 25
+    assert len(cells) == 78 and len(set(cells)) == 78
+    assert m.SPECULATORS == ("0.3.0", "0.4.0", "0.4.0.1")
+    assert m.VLLM[0] == "0.11.0" and m.VLLM[-1] == "0.34.0" and len(m.VLLM) == 26
     minors = [tuple(map(int, v.split("."))) for v in m.VLLM]
     assert minors == sorted(minors)
-    assert {mi for _, mi, _ in minors} == set(range(11, 34))
+    assert {mi for _, mi, _ in minors} == set(range(11, 35))
+
+
+def test_the_matrix_covers_the_catalogs_proven_ranges():
+    """Every release the matrix proves lies inside the catalog's SUPPORTED ranges, and the
+    newest vLLM minor the ranges admit is in the matrix (a range is never wider than the proof)."""
+    from patches import SUPPORTED
+    from vllm_compat.versions import matches
+
+    m = _load()
+    assert all(matches(SUPPORTED["vllm"], v) for v in m.VLLM)
+    assert all(matches(SUPPORTED["speculators"], s) for s in m.SPECULATORS)
+    newest = tuple(map(int, m.VLLM[-1].split(".")))
+    assert not matches(SUPPORTED["vllm"], f"{newest[0]}.{newest[1] + 1}.0")
 
 
 @pytest.mark.parametrize("arg,expected", [
-    ("0.32.0", {("0.3.0", "0.32.0"), ("0.4.0", "0.32.0")}),
+    ("0.32.0", {("0.3.0", "0.32.0"), ("0.4.0", "0.32.0"), ("0.4.0.1", "0.32.0")}),
+    ("0.4.0.1@0.34.0", {("0.4.0.1", "0.34.0")}),
+    ("0.4.0*@0.34.0", {("0.4.0", "0.34.0"), ("0.4.0.1", "0.34.0")}),
     ("0.3.0@0.33.0", {("0.3.0", "0.33.0")}),
     ("0.4.0@0.11.*", {("0.4.0", "0.11.0"), ("0.4.0", "0.11.1"), ("0.4.0", "0.11.2")}),
-    ("0.3.0@0.12.0,0.13.0", {("0.3.0", "0.12.0"), ("0.3.0", "0.13.0"), ("0.4.0", "0.13.0")}),
+    ("0.3.0@0.12.0,0.13.0", {("0.3.0", "0.12.0"), ("0.3.0", "0.13.0"), ("0.4.0", "0.13.0"),
+                             ("0.4.0.1", "0.13.0")}),
 ])
 def test_cell_selection(arg, expected):
     assert set(_load().select(arg)) == expected
@@ -78,7 +94,7 @@ def test_managed_files_include_manifest_files_and_shims(tmp_path):
 
 
 @pytest.mark.slow
-def test_all_50_cells_are_clean(tmp_path):
+def test_all_78_cells_are_clean(tmp_path):
     """Every cell must be clean after apply.  Fails until the catalog covers every break."""
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path), "--jobs", "2"],
                           cwd=REPO, capture_output=True, text=True, timeout=3600)
@@ -86,10 +102,10 @@ def test_all_50_cells_are_clean(tmp_path):
     assert out.is_file(), f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     result = json.loads(out.read_text())
     table = (tmp_path / "static-findings.md").read_text()
-    assert len(result["cells"]) == 50, proc.stderr[-3000:]
+    assert len(result["cells"]) == 78, proc.stderr[-3000:]
     assert result["applied"], "the matrix ran without `vllm-compat apply`"
     assert all(c.get("calls_checked", 0) > 0 for c in result["cells"]), "vacuous cells"
-    assert result["clean"] == 50, table
+    assert result["clean"] == 78, table
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 

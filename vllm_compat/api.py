@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from .commit import ApplyResult, apply_plan, check_writable, udiff
-from .plan import make_plan, read
+from .plan import Plan, make_plan, read
 from .report import CommandError, Exit, RecordResult, Report
 from .state import APPLIED, DRIFTED, OBSOLETE, FileState, PatchState
 from .store import Store
@@ -160,14 +160,15 @@ def _vllm_root(target: Target) -> str:
     return str(own.site)
 
 
-def check(target: Target):
+def check(target: Target, plan: Plan | None = None):
     """Statically bind the managed files' vLLM imports, calls and methods to the vLLM source
-    installed beside them (:mod:`vllm_compat.check`); returns its ``CheckReport``."""
+    installed beside them (:mod:`vllm_compat.check`); returns its ``CheckReport``.
+    (``plan``: one made with other catalogs, as ``check --against`` does.)"""
     from pathlib import Path  # noqa: PLC0415
 
     from .check import check_sources  # noqa: PLC0415
 
-    plan = make_plan(target)
+    plan = plan if plan is not None else make_plan(target)
     files = {}
     # Every file a catalog patch targets (not only those patched for this vLLM): an unpatched
     # file that calls vLLM must bind too.

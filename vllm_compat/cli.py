@@ -27,6 +27,9 @@ EXIT_CODES = """exit codes:
   16  a catalog cannot be loaded: its folder is missing, a module fails to import, a bad
       pyproject.toml entry or entry point
   17  record cannot turn the hand edits into a patch that reproduces them (nothing written)
+  18  check --against: a release's wheel cannot be fetched (no network, index unreachable)
+  19  check --against: the index has no such release
+  20  prove: the patched stack's hidden states differ from HF transformers, or no model could run
 """
 
 
@@ -60,8 +63,16 @@ def _parser() -> argparse.ArgumentParser:
     r = cmd("revert", "restore the wheel's files (proven against RECORD) and remove shims and state")
     r.add_argument("--force", action="store_true", help="also discard hand edits")
     cmd("diff", "show managed files against the wheel's pristine content")
-    c = cmd("check", "statically bind the patched code's vLLM imports and calls to the installed vLLM")
+    c = cmd("check", "statically bind the patched code's vLLM imports and calls to the installed vLLM "
+                     "(with --against/--wheel: to a release not installed, in a scratch copy)")
     c.add_argument("--json", action="store_true")
+    c.add_argument("--against", action="append", default=[], metavar="DIST==VERSION",
+                   help="check the catalogs against this release before upgrading to it (repeatable; "
+                        "pip download --no-deps, cached; the installed site is only read)")
+    c.add_argument("--wheel", action="append", default=[], metavar="FILE", help="the same, from a wheel file")
+    pr = cmd("prove", "run the patched stack against HF transformers on tiny offline models and record a "
+                      "proof that lets status/apply accept these exact files outside the proven range")
+    pr.add_argument("--json", action="store_true")
     rec = cmd("record", "turn hand edits of installed files into a patch module NAME.py in a user catalog "
                         "(the first --catalog, else pyproject.toml's first)")
     rec.add_argument("name", metavar="NAME", help="the module's name; the patch ids are PACKAGE.NAME")
@@ -144,6 +155,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "diff":
         sys.stdout.write("".join(api.diff(target).values()))
         return int(Exit.OK)
+    if args.command == "check" and (args.against or args.wheel):
+        from .cli_release import run_against  # noqa: PLC0415
+
+        return run_against(target, args)
+    if args.command == "prove":
+        from .cli_release import run_prove  # noqa: PLC0415
+
+        return run_prove(target, args)
     if args.command == "check":
         report = api.check(target)
         if args.json:

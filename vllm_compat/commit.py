@@ -69,6 +69,9 @@ def apply_plan(plan: Plan, dry_run: bool, allow_unsupported: bool, overwrite: fr
     if dry_run:
         diffs = {rel: udiff(rel, read(plan.target, rel), data) for rel, data in writes.items()}
         return ApplyResult(report, (), diffs, dry_run=True)
+    if plan.proof is not None and {r: f.applied for r, f in new_files.items()} != plan.proof["bound"]["files"]:
+        raise CommandError("the files apply would write are not those proven on this machine "
+                           f"({plan.proof['date']}): prove again after apply --allow-unsupported", Exit.UNSUPPORTED)
     check_writable(plan.target, writes)
     combined, parts = plan.catalog.digests()
     applicable = plan.applicable()

@@ -33,6 +33,7 @@ class Plan:
     report: Report
     expected: dict[str, tuple[str, ...]]  # file -> ids of applicable patches editing it, in order
     pristine_copies: dict[str, bytes] = field(default_factory=dict)  # proven elsewhere (record's wheels)
+    proof: dict | None = None  # the on-machine proof that admits these versions (apply checks its bytes)
     done: dict[tuple[str, tuple[str, ...]], tuple[bytes, bytes]] = field(default_factory=dict)  # prefetch()
 
     def owner(self, rel: str) -> str:
@@ -124,6 +125,9 @@ def _unsupported(catalog, dists: dict[str, Dist | None]) -> tuple[str, ...]:
     return tuple(out)
 
 
+_OUTSIDE = "is outside the proven range"
+
+
 def _catalog_change(manifest: Manifest | None, combined: str, parts: dict) -> str:
     """Why the manifest's digest differs from the catalogs in use now ("" where it does not)."""
     if manifest is None or manifest.catalog == combined:
@@ -179,9 +183,42 @@ def make_plan(target: Target, catalog=None, pristine_copies: dict[str, bytes] | 
         states = {by_file[rel].state for rel in d.patch.files}
         state = next((s for s in (STALE, DRIFTED, PENDING) if s in states), APPLIED)
         pstates.append(PatchState(d.patch.id, d.patch.title, state, "", d.patch.files))
+    unsupported = _unsupported(catalog, dists)
+    if unsupported and all(_OUTSIDE in u for u in unsupported):
+        unsupported, plan.proof, note = _proven(plan, unsupported, fstates)
+        notes += note
     plan.report = Report(str(target.site), {k: v.version for k, v in dists.items() if v}, tuple(pstates),
-                         tuple(fstates), _unsupported(catalog, dists), notes=tuple(notes))
+                         tuple(fstates), unsupported, notes=tuple(notes))
     return plan
+
+
+def bound_now(plan: Plan, fstates) -> tuple[dict, dict[str, str | None]]:
+    """What a proof of this site binds now (:func:`.proof.binding`), and each bound file's
+    wheel hash (``None`` for shims)."""
+    from .proof import binding  # noqa: PLC0415
+    from .target import sha256_file  # noqa: PLC0415
+
+    files = [f.path for f in fstates if f.patches]
+    pristine = {rel: None if plan.is_shim(rel) else (plan.dists[plan.owner(rel)].record.get(rel)
+                                                     if plan.dists.get(plan.owner(rel)) else None) for rel in files}
+    dists = {pkg: (d.version, d.record_digest) for pkg, d in plan.dists.items() if d is not None}
+    return binding(plan.catalog.digests()[0], dists, {rel: sha256_file(plan.target.path(rel)) for rel in files}), pristine
+
+
+def _proven(plan: Plan, unsupported: tuple[str, ...], fstates) -> tuple[tuple[str, ...], dict | None, list[str]]:
+    """Versions outside the shipped range, admitted by a valid proof made on this machine."""
+    from .proof import ProofError, accept, load  # noqa: PLC0415
+
+    try:
+        proof = load(str(plan.target.state_dir))
+    except ProofError as exc:
+        return tuple(f"{u} (proof refused: {exc})" for u in unsupported), None, []
+    if proof is None:
+        return unsupported, None, []
+    ok, why = accept(proof, *bound_now(plan, fstates))
+    if not ok:
+        return tuple(f"{u} (the proof of {proof['date']} no longer holds: {why})" for u in unsupported), None, []
+    return (), proof, [f"{u}: proven on this machine, {proof['date']} (vllm-compat prove)" for u in unsupported]
 
 
 def read(target: Target, rel: str) -> bytes | None:

@@ -26,6 +26,9 @@ class Exit(IntEnum):
     CATALOG = 15  # the catalogs are inconsistent (colliding ids, contradictions, paths out of the target)
     CATALOG_LOAD = 16  # a catalog cannot be loaded (missing folder, a module fails to import, bad entry point)
     RECORD = 17  # record cannot turn the hand edits into a patch that reproduces them
+    NETWORK = 18  # check --against: a release's wheel cannot be fetched (no network, index unreachable)
+    UNKNOWN_RELEASE = 19  # check --against: the index has no such release
+    PROOF = 20  # prove: the patched stack's hidden states differ from HF transformers (or nothing could run)
 
 
 class CommandError(Exception):

@@ -57,8 +57,13 @@ class Dist:
         """``{path relative to site-packages: sha256 hex}`` for the files RECORD hashes."""
         out: dict[str, str] = {}
         for line in self.record_bytes.decode("utf-8").splitlines():
-            path, _, rest = line.rpartition(",")  # size is last; the path may contain commas
-            path, _, digest = path.rpartition(",")
+            if line.startswith('"'):  # a path with commas or quotes is CSV-quoted
+                import csv  # noqa: PLC0415 - rare
+
+                path, digest = (next(csv.reader([line])) + ["", ""])[:2]
+            else:
+                path, _, rest = line.rpartition(",")  # size is last
+                path, _, digest = path.rpartition(",")
             if digest.startswith("sha256="):
                 raw = base64.urlsafe_b64decode(digest[7:] + "=" * (-len(digest[7:]) % 4))
                 out[path] = raw.hex()

@@ -28,6 +28,8 @@ README = (REPO / "README.md").read_text()
 ELSEWHERE = {
     "scripts/test": (".ci/run", "exec scripts/test"),
     "eagle3 run --tiny --workdir runs/tiny": ("tests/runner/test_acceptance_e2e.py", '"run", "--tiny"'),
+    "vllm-compat check --against vllm==0.34.0": ("tests/engine/test_against.py", '"--against", "vllm==0.34.0"'),
+    "vllm-compat prove": ("tests/engine/test_proof.py", '"prove"'),
 }
 
 

@@ -79,7 +79,7 @@ def test_user_catalogs_are_namespaced_ordered_and_widen_the_proven_ranges(tmp_pa
 
     fixes = tmp_path / "fixes"
     fixes.mkdir()
-    (fixes / "__init__.py").write_text('SUPPORTED = {"vllm": ">=0.34,<0.35"}\n')
+    (fixes / "__init__.py").write_text('SUPPORTED = {"vllm": ">=0.35,<0.36"}\n')
     (fixes / "_shared.py").write_text('G = "speculators/data_generation/vllm_hidden_states_generator.py"\n')
     body = ("from vllm_compat.patch import AddKeyword, Patch, register\nfrom ._shared import G\n\n"
             "register(Patch(id={pid!r}, title='t', target='speculators', target_versions='==0.3.0', why='w',\n"
@@ -93,5 +93,7 @@ def test_user_catalogs_are_namespaced_ordered_and_widen_the_proven_ranges(tmp_pa
     assert catalog.by_id("fixes:speculators.a").after == ("speculators.warm_up", "fixes:speculators.b")
     assert catalog.by_id("fixes:speculators.a").module == str(fixes / "a.py")
     assert catalog.where("fixes:speculators.a").startswith("catalog 'fixes'")
-    assert catalog.supported["vllm"] == (">=0.11.0,<0.34", ">=0.34,<0.35")
+    from patches import SUPPORTED
+
+    assert catalog.supported["vllm"] == (SUPPORTED["vllm"], ">=0.35,<0.36")
     assert load().patches == tuple(p for p in catalog.patches if ":" not in p.id)  # the built-in ones unchanged
