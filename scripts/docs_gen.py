@@ -62,7 +62,8 @@ def static() -> str:
     clean = sum(c["clean"] for c in cells)
     lines = [f"**{clean}/{len(cells)} cells clean** "
              f"({'after `vllm-compat apply`' if data.get('applied') else 'WITHOUT apply'}; "
-             f"vLLM calls bound per cell: {min(calls)}–{max(calls)}; {data.get('seconds', 0):.0f} s)."
+             f"vLLM calls bound per cell: {min(calls)}–{max(calls)}; {data.get('seconds', 0):.0f} s"
+             f"{', ' + data['when'] if 'when' in data else ''})."
              if calls else f"**{clean}/{len(cells)} cells clean**.", "",
              "| vLLM | " + " | ".join(f"speculators {s}" for s in specs) + " |",
              "|---|" + "---|" * len(specs)]

