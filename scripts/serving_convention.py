@@ -8,8 +8,12 @@ caches), three facts that training must match:
   (``LlamaModel.forward``): ``entering`` = ``hidden_states + residual`` entering decoder layer
   ``i`` (0.11: recorded before layer ``idx`` under ``idx``; later: after layer ``idx`` under
   ``idx + 1``, through ``_maybe_add_hidden_state``), the convention ``eagle3 extract`` writes;
-* ``shift``: the proposer feeds token ``x(t+1)`` with the state of ``t``
-  (``input_ids[:num_tokens - 1] = target_token_ids[1:]``), as speculators' ``shift_batch``;
+* ``shift``: the proposer feeds token ``x(t+1)`` with the state of ``t``, as speculators'
+  ``shift_batch``: in the V1 proposer (``input_ids[:num_tokens - 1] = target_token_ids[1:]``,
+  ``v1/spec_decode/``, gone in 0.34.0) and in Model Runner V2's (the Triton kernel of
+  ``v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py``, 0.33.0 on, storing
+  ``target_input_ids[start + i]`` at ``draft_input_ids[start + i - 1]``); every path a release
+  has must shift;
 * ``norm_before_residual``: the default vLLM assumes when a speculators checkpoint omits the
   field (speculators' own default is ``False``; ``eagle3 train`` always writes it).
 
@@ -25,6 +29,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHIFT = re.compile(r"input_ids\[\s*:\s*num_tokens\s*-\s*1\s*\]\s*=\s*target_token_ids\[\s*1\s*:\s*\]")
+SHIFT_MRV2 = re.compile(
+    r"for\s+i\s+in\s+range\(\s*1\s*,\s*query_len[^)]*\):"  # from the second token of the query on
+    r"(?:(?!\n\s*for\s).)*?(\w+)\s*=\s*tl\.load\(\s*target_input_ids_ptr\s*\+\s*query_start\s*\+\s*block\b"
+    r"(?:(?!\n\s*for\s).)*?tl\.store\(\s*draft_input_ids_ptr\s*\+\s*query_start\s*\+\s*block\s*-\s*1\s*,\s*\1\b",
+    re.S)
+MRV2_PROPOSER = ("v1", "worker", "gpu", "spec_decode", "target_dependent_ar", "speculator.py")
 EXPECTED = {"aux": "entering", "shift": True}
 
 
@@ -93,11 +103,13 @@ def norm_before_residual_default(algos_src: str) -> str:
 def release_facts(tree: Path) -> dict:
     models = tree / "vllm" / "model_executor" / "models"
     spec = tree / "vllm" / "v1" / "spec_decode"
-    proposers = "".join(p.read_text() for p in spec.glob("*.py") if p.name in ("eagle.py", "llm_base_proposer.py"))
+    v1 = "".join(p.read_text() for p in spec.glob("*.py") if p.name in ("eagle.py", "llm_base_proposer.py"))
+    mrv2 = tree.joinpath("vllm", *MRV2_PROPOSER)
+    paths = ([bool(SHIFT.search(v1))] if v1 else []) + ([bool(SHIFT_MRV2.search(mrv2.read_text()))] if mrv2.is_file() else [])
     algos = tree / "vllm" / "transformers_utils" / "configs" / "speculators" / "algos.py"
     return {
         "aux": aux_convention((models / "llama.py").read_text(), (models / "interfaces.py").read_text()),
-        "shift": bool(SHIFT.search(proposers)),
+        "shift": bool(paths) and all(paths),
         "norm_before_residual": norm_before_residual_default(algos.read_text()) if algos.is_file() else "not read",
     }
 

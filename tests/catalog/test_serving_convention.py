@@ -80,4 +80,25 @@ def test_every_release_serves_what_eagle3_trains():
     proc = subprocess.run([sys.executable, str(SCRIPT)], cwd=REPO, capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [r for r in proc.stdout.splitlines() if r.startswith("| 0.")]
-    assert len(rows) == 25 and all("| entering | yes | True |" in r for r in rows), proc.stdout
+    releases = load_script("static_matrix").VLLM
+    assert len(rows) == len(releases) and all("| entering | yes | True |" in r for r in rows), proc.stdout
+
+
+KERNEL = """
+    # Shift target_input_ids by one.
+    for i in range(1, query_len, BLOCK_SIZE):
+        block = i + tl.arange(0, BLOCK_SIZE)
+        mask = block < query_len
+        input_ids = tl.load(target_input_ids_ptr + query_start + block, mask=mask)
+        tl.store(draft_input_ids_ptr + query_start + block{off}, input_ids, mask=mask)
+
+    # Copy positions.
+    for i in range(0, query_len, BLOCK_SIZE):
+        block = i + tl.arange(0, BLOCK_SIZE)
+"""
+
+
+@pytest.mark.parametrize("off,shifted", [(" - 1", True), ("", False), (" - 2", False)])
+def test_the_reader_finds_model_runner_v2s_shift(off, shifted):
+    """vLLM 0.34.0 serves EAGLE-3 only through Model Runner V2, whose shift is a Triton kernel."""
+    assert bool(_mod().SHIFT_MRV2.search(KERNEL.format(off=off))) is shifted
