@@ -59,6 +59,8 @@ class AgainstReport:
             return Exit.TARGET
         if API_PROBLEMS in states or self.other_findings:
             return Exit.CHECK
+        if not self.in_range and (APPLIES not in states or not self.calls_checked):
+            return Exit.UNSUPPORTED  # outside the range and the catalogs do not reach it: nothing was proven
         return Exit.OK
 
     def to_dict(self) -> dict:
@@ -254,7 +256,10 @@ def _summarize(target, catalog, plan, failing, report, versions, used, unsupport
             d = decided.get(p.id)
             results.append(PatchResult(p.id, d.status if d else "not-applicable", d.reason if d else ""))
     notes = ()
-    if unsupported:
+    if unsupported and not (applied and report.calls_checked):
+        notes = ("outside the proven range, and no patch applies or no vLLM call was bound: the catalogs "
+                 "do not reach this release (a catalog update is needed)",)
+    elif unsupported:
         notes = ("outside the proven range: after the upgrade, `vllm-compat apply --allow-unsupported` "
                  "then `vllm-compat prove` lets this machine supply the proof",)
     return AgainstReport(str(target.site), versions, used, not unsupported, tuple(unsupported), tuple(results),

@@ -20,7 +20,8 @@ EXIT_CODES = """exit codes:
   10  pending: applicable patches are not applied (or the catalog changed since apply)
   11  drifted: managed files were edited by hand (revert refuses without --force)
   12  stale: a patched distribution or a dependency was reinstalled/upgraded since apply
-  13  unsupported: an installed version no patch covers and not known-good
+  13  unsupported: an installed version no patch covers and not known-good (nor proven on this
+      machine); check --against: a release outside the range that no patch reaches
   14  check: patched code does not bind to the installed vLLM
   15  the catalogs are inconsistent: colliding ids or names, contradictory patches, cycles,
       a patch writing outside its target package

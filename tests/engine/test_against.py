@@ -58,7 +58,12 @@ def applied_site(pristine_full, tmp_path) -> Path:
     return site
 
 
-def test_against_vllm_0_34_0_exits_0_and_leaves_the_site_byte_identical(applied_site):
+@pytest.mark.parametrize("installed", ["0.32.0", "0.33.0"])
+def test_against_vllm_0_34_0_exits_0_and_leaves_the_site_byte_identical(installed, tmp_path):
+    site = kit.build(tmp_path / "site-packages", "0.4.0", installed)
+    proc = cli("apply", "--site-packages", str(site))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    applied_site = site
     kit.upstream.vllm_wheel("0.34.0")  # warm cache, as the goal is stated
     before = tree_digest(applied_site)
     t0 = time.monotonic()
@@ -147,3 +152,13 @@ def test_a_call_vllm_does_not_have_is_an_api_problem_exit_14(applied_site, tmp_p
     proc = cli("check", "--site-packages", str(applied_site), "--wheel", str(whl), "--against", "vllm==0.34.0")
     assert proc.returncode == 14, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "api-problems" in proc.stdout and "no_such_method_in_any_vllm" in proc.stdout
+
+
+def test_a_release_the_catalogs_do_not_reach_is_exit_13(applied_site):
+    """speculators 0.9.0 (newer than every patch's range): nothing applies, nothing is proven."""
+    proc = cli("check", "--site-packages", str(applied_site), "--against", "speculators==0.9.0", "--json")
+    assert proc.returncode == 13, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert not report["in_range"] and "speculators 0.9.0 is outside the proven range" in report["unsupported"][0]
+    assert not any(p["state"] == "applies" for p in report["patches"])
+    assert "do not reach this release" in report["notes"][0]
