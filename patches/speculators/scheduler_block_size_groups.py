@@ -22,7 +22,7 @@ register(Patch(
     title="resolve the scheduler's block sizes for several KV-cache groups",
     target="speculators",
     target_versions=">=0.3.0,<0.5",
-    requires={"vllm": ">=0.20.0"},
+    requires={"vllm": ">=0.29.0"},  # with speculators.kv_cache_groups (several groups)
     after=("speculators.worker_block_size", "speculators.kv_cache_groups", "speculators.kv_cache_layout"),
     why="With several KV-cache groups (hybrid models) the scheduler needs the LCM of the groups' "
         "block sizes, not the smallest one; vLLM's engine core resolves it with "
