@@ -40,10 +40,12 @@ register(Patch(
                  "    kv_cache_config, self.vllm_config\n"
                  ")\n"),
         ),
+        # hash_block_size first: block_size is then re-added last, so a second pass writes the same
+        # keyword order (a fixed point)
+        AddKeyword(GENERATOR, "VllmHiddenStatesGenerator.__init__", call="Scheduler", keyword="hash_block_size",
+                   value="hash_block_size"),
         RemoveKeyword(GENERATOR, "VllmHiddenStatesGenerator.__init__", call="Scheduler", keyword="block_size"),
         AddKeyword(GENERATOR, "VllmHiddenStatesGenerator.__init__", call="Scheduler", keyword="block_size",
                    value="scheduler_block_size"),
-        AddKeyword(GENERATOR, "VllmHiddenStatesGenerator.__init__", call="Scheduler", keyword="hash_block_size",
-                   value="hash_block_size"),
     ),
 ), __name__)
