@@ -160,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--workdir", type=Path, default=Path("runs/tiny"), help="with --tiny (default runs/tiny)")
     s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm", help="with --tiny: extract backend")
     s.add_argument("--steps", type=int, default=150, help="with --tiny: training steps")
+    s.add_argument("--arch", default="llama", help="with --tiny: the verifier (eagle3_runner.tiny.arch, e.g. qwen3)")
     s.add_argument("--chat-template", metavar="FILE|NAME",
                    help="overrides [prepare] chat_template: a Jinja file or llama-3 | chatml | deepseek | kimi")
     s.add_argument("--force", action="store_true", help="redo every step")
@@ -342,7 +343,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
         print(example_config(), end="")
         return ExitCode.OK
     if a.tiny:
-        cfg = tiny_config(a.workdir, backend=a.backend, steps=a.steps)
+        cfg = tiny_config(a.workdir, backend=a.backend, steps=a.steps, arch=a.arch)
     elif a.config:
         cfg = load_config(a.config)
     else:

@@ -311,25 +311,32 @@ def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -
     return done
 
 
-def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 150, rows: int = 320) -> PipelineConfig:
+def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 150, rows: int = 320,
+                arch: str = "llama") -> PipelineConfig:
     """The learnable tiny verifier (:mod:`eagle3_runner.tiny.verifier`) and ``rows`` chat prompts,
     built in ``workdir`` offline; its own answers are regenerated through vLLM, and the run ends with
-    the served check, which must agree with the offline prediction within 5 points."""
+    the served check, which must agree with the offline prediction within 5 points.  ``arch``
+    picks the verifier from :mod:`eagle3_runner.tiny.arch` (its own chat template; extracted in
+    float32 where the CPU build runs it so, else bfloat16)."""
     from .common.atomic import write_text
     from .tiny import tiny_chat_dataset
-    from .tiny.verifier import build_learnable_llama, is_built
+    from .tiny.arch import ARCHITECTURES
+    from .tiny.verifier import build_learnable, is_built
 
+    if arch not in ARCHITECTURES:
+        raise UsageError(f"--arch {arch!r} is not one of {', '.join(ARCHITECTURES)}")
     workdir = Path(workdir).absolute()
     model = workdir / "model"
-    if not is_built(model):
-        build_learnable_llama(model)
+    if not is_built(model, arch):
+        build_learnable(model, arch)
     data = workdir / "chat.jsonl"
     if not data.is_file():
         write_text(data, "".join(json.dumps(r) + "\n" for r in tiny_chat_dataset(rows, seed=0)))
     return PipelineConfig(
         workdir=workdir, model=model, data=data, seq_length=512,
         prepare={"regenerate": True, "max_new_tokens": 160},
-        extract={"backend": backend, "batch_size": 16, "dtype": "float32"},
+        extract={"backend": backend, "batch_size": 16,
+                 "dtype": "float32" if ARCHITECTURES[arch].fp32_tolerance is not None else "bfloat16"},
         vocab={"draft_vocab_size": 256},
         train={"steps": steps, "device": "cpu", "lr": 3e-3, "max_len": 1024, "seed": 0},
         serve_check={"tolerance": 0.05},

@@ -97,8 +97,11 @@ def corpus() -> Iterator[str]:
     yield from _SYSTEMS
 
 
-def build_tokenizer(dest: Path) -> Path:
-    """Train a byte-level BPE tokenizer of ``VOCAB_SIZE`` tokens and save it to ``dest``."""
+def build_tokenizer(dest: Path, markers: tuple[str, ...] = (*ROLE_TOKENS, END), eos: str = EOS,
+                    chat_template: str = CHAT_TEMPLATE) -> Path:
+    """Train a byte-level BPE tokenizer of ``VOCAB_SIZE`` tokens and save it to ``dest``.
+
+    ``markers`` are the chat template's special tokens (one token each), ``eos`` the end token."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -107,7 +110,7 @@ def build_tokenizer(dest: Path) -> Path:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=list(dict.fromkeys([BOS, EOS, PAD, eos, *markers])),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -117,12 +120,12 @@ def build_tokenizer(dest: Path) -> Path:
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS,
-        eos_token=EOS,
+        eos_token=eos,
         pad_token=PAD,
-        additional_special_tokens=[*ROLE_TOKENS, END],
+        additional_special_tokens=[m for m in dict.fromkeys([EOS, *markers]) if m != eos],
         model_max_length=2048,
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template
     dest.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(dest))
     return dest

@@ -19,7 +19,7 @@ import random
 import time
 from pathlib import Path
 
-from . import build_tiny_llama, tiny_chat_dataset
+from . import tiny_chat_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +41,20 @@ def build_learnable_llama(dest: Path, seed: int = 0, steps: int = 120, batch: in
                           rows: int = 2000) -> Path:
     """The tiny Llama (random init from ``seed``), trained ``steps`` AdamW steps on ``rows`` chat
     rows (next-token loss on every token, warm-up then linear decay) and saved in ``dest``."""
+    return build_learnable(dest, "llama", seed=seed, steps=steps, batch=batch, lr=lr, rows=rows)
+
+
+def build_learnable(dest: Path, arch: str = "llama", seed: int = 0, steps: int = 120, batch: int = 16,
+                    lr: float = 3e-3, rows: int = 2000) -> Path:
+    """The tiny verifier ``arch`` of :mod:`eagle3_runner.tiny.arch` (its own chat template),
+    trained as :func:`build_learnable_llama` in float32 and saved in the architecture's dtype."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .arch import ARCHITECTURES, build
+
     dest = Path(dest)
-    build_tiny_llama(dest, seed=seed)
+    build(arch, dest, seed=seed)
     tok = AutoTokenizer.from_pretrained(str(dest))
     model = AutoModelForCausalLM.from_pretrained(str(dest), dtype=torch.float32)
     seqs = _encode(tok, tiny_chat_dataset(rows, seed=seed + 1000, sentences=SENTENCES))  # not eagle3 run's rows
@@ -72,19 +81,21 @@ def build_learnable_llama(dest: Path, seed: int = 0, steps: int = 120, batch: in
         if step % 20 == 0 or step == steps - 1:
             logger.info("tiny verifier step %d/%d loss %.3f (%.0fs)", step + 1, steps, losses[-1], time.monotonic() - t0)
     model.eval()
-    model.save_pretrained(str(dest))
+    model.to(getattr(torch, ARCHITECTURES[arch].dtype)).save_pretrained(str(dest))
     from ..common.atomic import write_json
 
-    write_json(dest / TRAINING_FILE, {"seed": seed, "steps": steps, "batch": batch, "lr": lr, "rows": rows,
+    write_json(dest / TRAINING_FILE, {"arch": arch, "seed": seed, "steps": steps, "batch": batch, "lr": lr, "rows": rows,
                                       "sentences": list(SENTENCES),
                                       "losses": losses, "seconds": round(time.monotonic() - t0, 1)})
     return dest
 
 
-def is_built(dest: Path) -> bool:
+def is_built(dest: Path, arch: str = "llama") -> bool:
     try:
-        json.loads((Path(dest) / TRAINING_FILE).read_text(encoding="utf-8"))
+        record = json.loads((Path(dest) / TRAINING_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return False
+    if record.get("arch", "llama") != arch:
         return False
     return (Path(dest) / "model.safetensors").is_file()
 
@@ -94,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--arch", default="llama", help="an architecture of eagle3_runner.tiny.arch")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    print(build_learnable_llama(args.dest, seed=args.seed, steps=args.steps))
+    print(build_learnable(args.dest, args.arch, seed=args.seed, steps=args.steps))
     return 0
 
 

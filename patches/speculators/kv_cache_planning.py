@@ -9,7 +9,8 @@ cp_kv_cache_interleave_size)`` take a second required argument
 (``vllm/v1/executor/abstract.py``; the engine core passes
 ``parallel_config.cp_kv_cache_interleave_size``).
 
-Fix: the generator imports the five KV-cache helpers from a vendored module
+Fix: the generator imports the KV-cache helpers (those of ``speculators.kv_cache_groups`` and
+``speculators.scheduler_block_size_groups`` too) from a vendored module
 (``speculators/_vllm_compat_kv_cache.py``, vendored only for vLLM >= 0.33.0) that takes each
 from where 0.33.0 defines it, and passes the interleave size to ``set_kv_cache_layout``.
 """
@@ -24,7 +25,8 @@ register(Patch(
     target="speculators",
     target_versions=">=0.3.0,<0.5",
     requires={"vllm": ">=0.33.0"},
-    after=("speculators.kv_cache_layout",),
+    after=("speculators.kv_cache_layout", "speculators.kv_cache_groups",
+           "speculators.scheduler_block_size_groups"),
     why="vLLM 0.33.0 moved the KV-cache planning functions (ImportError) and added a required "
         "cp_kv_cache_interleave_size to Executor.set_kv_cache_layout.",
     upstream="vLLM 0.33.0: vllm/v1/core/kv_cache_planning.py (new; no re-export from "

