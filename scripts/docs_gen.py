@@ -7,6 +7,8 @@ markers and is rendered from its source of truth, never edited by hand.
   prints (``eagle3_runner/templates/example.toml``);
 - ``static`` (docs/matrix.md): from the static sweep's own output,
   ``docs/matrix/static-findings.json`` (``scripts/static_matrix.py --out docs/matrix``);
+- ``architectures`` (docs/architectures.md): the architecture sweep's records,
+  ``docs/matrix/arch-results.json`` (``scripts/arch_sweep.py``);
 - ``runtime`` (docs/matrix.md): from the runtime sweep's own output, ``docs/matrix/runtime-sweep.json``
   and ``docs/matrix/e2e-results.json`` (``scripts/runtime_sweep.py --record``).
 
@@ -96,7 +98,15 @@ def runtime() -> str:
     return "\n".join(lines)
 
 
+def architectures() -> str:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import arch_sweep  # noqa: PLC0415
+
+    return arch_sweep.render(arch_sweep.load(arch_sweep.RECORD)).rstrip("\n")
+
+
 PARTS: dict[str, tuple[Path, Callable[[], str]]] = {
+    "architectures": (DOCS / "architectures.md", architectures),
     "catalog": (DOCS / "catalog.md", catalog),
     "config": (DOCS / "eagle3-config.md", config),
     "static": (DOCS / "matrix.md", static),
