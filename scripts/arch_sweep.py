@@ -113,8 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         code = subprocess.call(cmd, cwd=ROOT, env=env)
     if not args.doc_only:
         keep(RESULTS, RECORD)
+    text = render(load(RECORD))
+    if args.out == DOC:  # the docs page holds it between docs_gen's markers
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from docs_gen import splice  # noqa: PLC0415
+
+        text = splice(DOC.read_text(), "architectures", text.rstrip("\n"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(load(RECORD)))
+    args.out.write_text(text)
     print(f"arch_sweep: pytest exit {code}; wrote {args.out}")
     return code
 
