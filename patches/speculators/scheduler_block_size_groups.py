@@ -35,7 +35,9 @@ register(Patch(
         InsertAfter(
             GENERATOR, "VllmHiddenStatesGenerator.__init__",
             after="self.vllm_config.cache_config.num_gpu_blocks = kv_cache_config.num_blocks",
-            new=("from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes\n"
+            # from kv_cache_groups' shim: speculators.kv_cache_planning rewrites the vLLM module path
+            # in the generator, and this insertion is recognised by its first statement
+            new=("from speculators._vllm_compat_kv_groups import resolve_kv_cache_block_sizes\n"
                  "scheduler_block_size, hash_block_size = resolve_kv_cache_block_sizes(\n"
                  "    kv_cache_config, self.vllm_config\n"
                  ")\n"),

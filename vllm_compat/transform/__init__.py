@@ -71,6 +71,8 @@ def _apply_one(module: cst.Module, edit: Edit, patch_id: str, cache: dict | None
             if edit.count and t3.matches != edit.count:
                 raise TransformError(patch_id, edit.file, f"expected {edit.count} match(es) of a statement, found {t3.matches}")
         elif not t3.matches:
+            if t3.present:  # a later patch rewrote the anchor; the insertion is there: a fixed point
+                return module
             raise TransformError(patch_id, edit.file, f"insertion point not found in {edit.scope or 'module'}: {edit.after.strip() or '<preamble>'}")
         return out
     raise TypeError(f"unknown edit type {type(edit).__name__}")

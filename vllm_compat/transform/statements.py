@@ -53,11 +53,13 @@ class _StmtEditor(_Editor):
         else:
             points = []
         body = list(body)
+        # The insertion is recognised by its first statement, so a later patch (ordered `after`
+        # this one) may rewrite the rest, or move the inserted run elsewhere in this block,
+        # without breaking t(t(x)) == t(x).
+        moved = bool(points) and bool(_find_run(self.ctx, body, self.new.first()))
         for p in reversed(points):
             self.matches += 1
-            # The insertion is recognised by its first statement, so a later patch (ordered
-            # `after` this one) may rewrite the rest without breaking t(t(x)) == t(x).
-            if not _find_run(self.ctx, body[p : p + 1], self.new.first()):
+            if not moved and not _find_run(self.ctx, body[p : p + 1], self.new.first()):
                 body[p:p] = self.new_nodes
         return body
 
