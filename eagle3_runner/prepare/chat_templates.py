@@ -33,6 +33,7 @@ ALIASES = {"llama3": "llama-3", "llama-3.1": "llama-3", "qwen": "chatml", "deeps
 MARKER = re.compile(r"<\|[^|<>\s'\"]+\|>|<｜[^｜<>\s'\"]+｜>")
 JINJA_COMMENT = re.compile(r"\{#.*?#\}", re.S)
 PROBE = "\x00EAGLE3-PROBE\x00"
+REASONING_PROBE = "\x00EAGLE3-REASONING\x00"
 
 
 @dataclass(frozen=True)
@@ -137,3 +138,58 @@ def end_of_turn(tokenizer: Any) -> str | None:
     if marker:
         return marker.group(0)
     return tail.split()[0] if tail.split() else None
+
+
+def _reply_body(tokenizer: Any, message: dict[str, Any]) -> str | None:
+    """What the template writes for ``message`` as the assistant's reply, after its generation
+    prompt; ``None`` when the reply does not render as that prompt followed by more text."""
+    user = [{"role": "user", "content": "hi"}]
+    try:
+        prompt = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template([*user, message], tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that cannot render this has no findable form
+        return None
+    return full[len(prompt):] if full.startswith(prompt) else None
+
+
+class ReplyParser:
+    """The verifier's reply (its decoded tokens, the end-of-turn marker cut off) as the assistant
+    message the chat template renders back to the same text, found from the template itself.
+
+    A template may write part of a reply on its own: Qwen3's thinking block ``<think>\\n..\\n</think>\\n\\n``
+    from ``reasoning_content``, harmony's ``<|channel|>final<|message|>``.  A verifier trained on
+    such renderings generates those parts too; put whole into ``content``, they would be written
+    twice when the template renders the turn as history.  Rendering a probe reply (with and
+    without a probe ``reasoning_content``) gives the text before the content and, where the
+    template renders reasoning, the text around it; a reply is split along them, and kept whole
+    in ``content`` when the split does not render back to it."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        body = _reply_body(tokenizer, {"role": "assistant", "content": PROBE}) or ""
+        self.head = body.split(PROBE, 1)[0] if PROBE in body else ""
+        both = _reply_body(tokenizer, {"role": "assistant", "content": PROBE, "reasoning_content": REASONING_PROBE})
+        self.reasoning: tuple[str, str] | None = None
+        if both and REASONING_PROBE in both and PROBE in both.split(REASONING_PROBE, 1)[1]:
+            before, rest = both.split(REASONING_PROBE, 1)
+            self.reasoning = (before, rest.split(PROBE, 1)[0])
+
+    def record(self) -> dict[str, Any] | None:
+        """The forms replies are split along (``None``: the template writes nothing of a reply itself)."""
+        if not self.head and self.reasoning is None:
+            return None
+        return {"head": self.head, "reasoning": list(self.reasoning) if self.reasoning else None}
+
+    def message(self, text: str) -> dict[str, str]:
+        """``{"content": ...}``, with ``reasoning_content`` when the reply holds a reasoning part."""
+        found = {"content": text}
+        if self.reasoning and text.startswith(self.reasoning[0]) and self.reasoning[1] in text[len(self.reasoning[0]):]:
+            reasoning, content = text[len(self.reasoning[0]):].split(self.reasoning[1], 1)
+            found = {"reasoning_content": reasoning, "content": content} if reasoning else {"content": content}
+        elif self.head and text.startswith(self.head):
+            found = {"content": text[len(self.head):]}
+        if found["content"] != text:
+            body = _reply_body(self.tokenizer, {"role": "assistant", **found})
+            if body is None or not body.startswith(text):
+                return {"content": text}
+        return found

@@ -14,6 +14,10 @@ with the generation prompt; sampling is greedy by default.
   writes the row as the exact prompt the verifier saw, then those ids).  Earlier turns enter the
   conversation as decoded text, re-rendered and re-tokenized for the next prompt, as a server
   re-renders history; ``retokenized_differs`` counts the turns whose text re-encodes to other ids.
+  The text is split as the template renders a reply (:class:`~.chat_templates.ReplyParser`): a
+  thinking block the verifier generated goes to ``reasoning_content``, a header the template
+  writes itself (harmony's final channel) is cut off, so that the template does not write them
+  twice and the turn renders back to the verifier's own ids.
 * A turn whose prompt has ``max_prompt_tokens`` tokens (prepare: ``--seq-length``, beyond which
   nothing survives truncation) or does not fit ``max_model_len`` is dropped with the rest of the
   conversation; the row is cut back to its last assistant turn before it, or dropped.
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .chat_templates import end_of_turn, load_tokenizer, no_template_error
+from .chat_templates import ReplyParser, end_of_turn, load_tokenizer, no_template_error
 from .chat_tokens import RowTokenizer
 from ..common.errors import UsageError
 from .engine import EngineOptions, LazyEngine, capped_model_len
@@ -151,6 +155,11 @@ def _content(tokenizer: Any, turn: Turn, stop_ids: set[int], stop: list[str]) ->
     return text, differs
 
 
+def reply_of(parser: ReplyParser, turn: Turn, stop_ids: set[int], stop: list[str]) -> dict[str, str]:
+    """The message fields of a generated turn, as the next prompt's history holds it."""
+    return parser.message(_content(parser.tokenizer, turn, stop_ids, stop)[0])
+
+
 class _Job:
     """One row's regeneration: its messages so far and the turns done."""
 
@@ -168,10 +177,11 @@ class _Job:
         todo = _regenerable(self.messages, self.next)
         return todo[0] if todo else None
 
-    def accept(self, turn: Turn, content: str) -> None:
+    def accept(self, turn: Turn, reply: dict[str, str]) -> None:
+        """Turn ``turn.index`` becomes ``reply`` (its ``content``, and ``reasoning_content`` if any)."""
         assert self.messages is not None
         msg = {k: v for k, v in self.messages[turn.index].items() if k != "reasoning_content"}
-        self.messages[turn.index] = {**msg, "content": content}
+        self.messages[turn.index] = {**msg, **reply}
         self.turns.append(turn)
         self.next = turn.index + 1
 
@@ -215,7 +225,8 @@ def regenerate(model: Path, rows: Sequence[SourceRow], out: Path, options: Regen
             raise no_template_error(model)
     rt = RowTokenizer(tokenizer)
     stop_ids, stop = stop_tokens(tokenizer, model, options.stop_token_ids)
-    side = SideFile(out, _settings(model, tokenizer, options, stop_ids, stop))
+    parser = ReplyParser(tokenizer)
+    side = SideFile(out, _settings(model, tokenizer, options, stop_ids, stop, parser))
     done = side.load()
     result = RegenerateResult([], Path(out), stop_token_ids=stop_ids, stop=stop)
     jobs: dict[int, _Job] = {}
@@ -233,7 +244,7 @@ def regenerate(model: Path, rows: Sequence[SourceRow], out: Path, options: Regen
             slots.append(None)
             jobs[i] = _Job(row, key)
     if jobs:
-        _run(model, rt, list(jobs.values()), side, options, stop_ids, stop, result, engine)
+        _run(model, rt, parser, list(jobs.values()), side, options, stop_ids, stop, result, engine)
         for i, job in jobs.items():
             slots[i] = RegeneratedRow(replace(job.row, messages=job.messages), tuple(job.turns), job.error)
         result.regenerated = sum(1 for j in jobs.values() if not j.error)
@@ -250,9 +261,11 @@ def _check(o: RegenerateOptions) -> None:
         raise UsageError("--max-new-tokens and the regenerate batch size must be at least 1")
 
 
-def _settings(model: Path, tokenizer: Any, o: RegenerateOptions, stop_ids: list[int], stop: list[str]) -> dict[str, Any]:
+def _settings(model: Path, tokenizer: Any, o: RegenerateOptions, stop_ids: list[int], stop: list[str],
+              parser: ReplyParser) -> dict[str, Any]:
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else json.dumps(tokenizer.chat_template)
-    return {
+    form = parser.record()  # recorded only where replies are split: side files made before still serve others
+    return {**({"reply_form": form} if form else {}),
         "model": str(model.absolute()), "template_sha256": hashlib.sha256((template or "").encode()).hexdigest(),
         "temperature": o.temperature, "top_p": o.top_p, "max_new_tokens": o.max_new_tokens,
         "seed": o.seed if o.temperature > 0 else None, "dtype": o.dtype, "stop_token_ids": stop_ids, "stop": stop,
@@ -295,7 +308,7 @@ def _rendered_len(rt: RowTokenizer, row: SourceRow) -> int:
         return 0  # reported when its prompt is rendered
 
 
-def _run(model: Path, rt: RowTokenizer, jobs: list[_Job], side: SideFile, o: RegenerateOptions,
+def _run(model: Path, rt: RowTokenizer, parser: ReplyParser, jobs: list[_Job], side: SideFile, o: RegenerateOptions,
          stop_ids: list[int], stop: list[str], result: RegenerateResult, engine: LazyEngine | None) -> None:
     from vllm import SamplingParams
 
@@ -342,7 +355,7 @@ def _run(model: Path, rt: RowTokenizer, jobs: list[_Job], side: SideFile, o: Reg
                         gen = out.outputs[0]
                         generated += len(gen.token_ids)
                         turn = Turn(at, list(gen.token_ids), "length" if gen.finish_reason == "length" else "stop")
-                        job.accept(turn, _content(rt.tokenizer, turn, stop_set, stop)[0])
+                        job.accept(turn, reply_of(parser, turn, stop_set, stop))
                     progress.update(len(batch))
                     elapsed = max(time.monotonic() - started, 1e-9)
                     progress.set_postfix_str(f"{generated / elapsed:,.0f} tok/s")
