@@ -9,6 +9,8 @@ only the CI subset) in this checkout's Python, one vLLM engine at a time, then w
     python scripts/arch_sweep.py              # run every cell, then write the doc
     python scripts/arch_sweep.py --doc-only   # write the doc from docs/matrix/arch-results.json
     python scripts/arch_sweep.py -k qwen3_next
+    python scripts/arch_sweep.py --runs       # also `eagle3 run --tiny --arch NAME` for every
+                                              # architecture (tests/runner/test_run_arch.py, ~4 min each)
 """
 
 from __future__ import annotations
@@ -101,11 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--doc-only", action="store_true", help="only write the doc from the records")
     parser.add_argument("-k", help="pytest -k expression (a subset of the cells)")
+    parser.add_argument("--runs", action="store_true",
+                        help="also the whole pipeline per architecture, served by vLLM (tests/runner/test_run_arch.py)")
     parser.add_argument("--out", type=Path, default=DOC)
     args = parser.parse_args(argv)
     code = 0
     if not args.doc_only:
         cmd = [sys.executable, "-m", "pytest", "tests/e2e/test_architectures.py", "-q", "-rs"]
+        if args.runs:
+            cmd.insert(4, "tests/runner/test_run_arch.py")
         if args.k:
             cmd += ["-k", args.k]
         env = {**os.environ, "EAGLE3_ARCH_SWEEP": "1"}
