@@ -29,11 +29,33 @@ TRAINING_FILE = "verifier_training.json"
 SENTENCES = (3, 6)
 
 
+_PROBE = "\x00TINY-PROBE\x00"
+
+
+def closes_last_turn_apart(tokenizer) -> bool:  # noqa: ANN001
+    """Whether the template ends the conversation's last assistant turn otherwise than one in the
+    history: harmony ends the reply the model generates with ``<|return|>`` and writes ``<|end|>``
+    when the turn is history; Llama's and Qwen3's templates close both alike."""
+    def after(messages: list[dict]) -> str:
+        return tokenizer.apply_chat_template(messages, tokenize=False).split(_PROBE, 1)[1]
+
+    turn = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}]
+    return not after([*turn, {"role": "user", "content": "hi"}]).startswith(after(turn))
+
+
 def _encode(tokenizer, rows: list[dict]) -> list[list[int]]:  # noqa: ANN001
+    """Each row rendered whole; with a template that closes the last turn apart (harmony), each
+    row cut after every assistant turn instead, so that the verifier learns to end every reply as
+    it ends a generated one (``<|return|>``), as gpt-oss does, rather than splitting the end
+    between ``<|end|>`` and ``<|return|>`` and running on to the token limit."""
+    apart = closes_last_turn_apart(tokenizer)
     out = []
     for r in rows:
-        ids = tokenizer.apply_chat_template(r["messages"], tokenize=True, return_dict=False)
-        out.append(list(ids["input_ids"] if isinstance(ids, dict) else ids))
+        msgs = r["messages"]
+        cuts = [k + 1 for k, m in enumerate(msgs) if m["role"] == "assistant"] if apart else [len(msgs)]
+        for cut in cuts:
+            ids = tokenizer.apply_chat_template(msgs[:cut], tokenize=True, return_dict=False)
+            out.append(list(ids["input_ids"] if isinstance(ids, dict) else ids))
     return out
 
 

@@ -44,6 +44,9 @@ def test_tiny_run_serves_as_predicted(tmp_path, train_site, run_cli, arch):
                                          strict=True))
     print(json.dumps({"arch": arch, "offline": offline["acceptance_per_position"],
                       "served": served["acceptance_per_position"], "gap": gap,
-                      "drafts": [offline["drafts"], served["drafts"]]}))
+                      "drafts": [offline["drafts"], served["drafts"]],
+                      "truncated_turns": json.loads((tmp_path / "tokens.prepare.json").read_text())["regenerate"]["truncated"]}))
     assert served["outputs_equal_reference"] is True
     assert gap <= TOLERANCE
+    regen = json.loads((tmp_path / "tokens.prepare.json").read_text())["regenerate"]
+    assert regen["truncated"] <= regen["turns"] // 10, regen  # the verifier ends its replies (harmony: <|return|>)

@@ -128,3 +128,26 @@ def test_routing_to_every_expert_has_no_near_ties(models, name):
     top2 = _rel(_states(path, torch.bfloat16, ids, num_experts_per_tok=2), _states(path, ids=ids, num_experts_per_tok=2))
     assert all_experts <= tol / 2
     assert top2 > 2 * all_experts
+
+
+def test_learnable_verifier_trains_on_each_reply_as_generated(models):
+    """Harmony closes a generated reply with <|return|> and a history one with <|end|>: the
+    learnable verifier's training rows are cut after every assistant turn there, so each reply in
+    training ends as the verifier must end it when generating (else it never stops: every
+    regenerated gpt-oss turn ran to --max-new-tokens). Llama's and Qwen3's close both alike."""
+    from transformers import AutoTokenizer
+
+    from eagle3_runner.tiny import tiny_chat_dataset
+    from eagle3_runner.tiny.verifier import _encode, closes_last_turn_apart
+
+    rows = [r for r in tiny_chat_dataset(40, seed=5) if sum(m["role"] == "assistant" for m in r["messages"]) > 1]
+    for name in NEW:
+        tok = AutoTokenizer.from_pretrained(str(models[name]))
+        apart = closes_last_turn_apart(tok)
+        assert apart == (name == "gpt_oss")
+        seqs = _encode(tok, rows)
+        turns = sum(m["role"] == "assistant" for r in rows for m in r["messages"])
+        assert len(seqs) == (turns if apart else len(rows))
+        if apart:
+            ret = tok.convert_tokens_to_ids("<|return|>")
+            assert all(s[-1] == ret for s in seqs)
