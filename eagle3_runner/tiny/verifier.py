@@ -18,6 +18,7 @@ import logging
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 from . import tiny_chat_dataset
 
@@ -32,7 +33,7 @@ SENTENCES = (3, 6)
 _PROBE = "\x00TINY-PROBE\x00"
 
 
-def closes_last_turn_apart(tokenizer) -> bool:  # noqa: ANN001
+def closes_last_turn_apart(tokenizer: Any) -> bool:
     """Whether the template ends the conversation's last assistant turn otherwise than one in the
     history: harmony ends the reply the model generates with ``<|return|>`` and writes ``<|end|>``
     when the turn is history; Llama's and Qwen3's templates close both alike."""
