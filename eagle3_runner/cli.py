@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="a user turn reaching this many tokens is dropped as overlong (default 256)")
     g.add_argument("--synthesize-temperature", type=float, default=1.0, help="default 1.0")
     g.add_argument("--synthesize-top-p", type=float, default=1.0)
+    g.add_argument("--synthesize-starts", metavar="FILE|NAME", help="steer toward a workload: user turns open with "
+                   "these starts (a file, one a line; built-in: code), continued by the model")
+    g.add_argument("--synthesize-starts-share", type=float, metavar="F", help="the share that take a start (1.0)")
 
     s = cmd("extract", "token rows -> hidden-state samples (speculators' format)", extract_mod.__doc__)
     s.add_argument("--model", required=True, type=Path)
@@ -183,17 +186,14 @@ def _setup_logging(verbose: bool, quiet: bool) -> None:
 def _cmd_prepare(a: argparse.Namespace) -> int:
     from .prepare import prepare
     from .prepare.regenerate import RegenerateOptions
-    from .prepare.synthesize import SynthesizeOptions
+    from .prepare.synthesize import synthesize_options
 
     regen = RegenerateOptions(
         temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed,
         batch_size=a.batch_size, dtype=a.dtype, tensor_parallel_size=a.tensor_parallel_size,
         gpu_memory_utilization=a.gpu_memory_utilization,
     ) if a.regenerate or a.synthesize else None
-    synth = SynthesizeOptions(
-        count=a.synthesize, temperature=a.synthesize_temperature, top_p=a.synthesize_top_p,
-        max_tokens=a.synthesize_max_tokens, seed=a.seed, batch_size=a.batch_size,
-    ) if a.synthesize is not None else None
+    synth = synthesize_options(vars(a), a.batch_size) if a.synthesize is not None else None
     r = prepare(a.model, a.data, a.output, a.seq_length, chat_template=a.chat_template, format=a.format,
                 skip_bad=a.skip_bad, regenerate=regen, synthesize=synth)
     for i in r.inputs:

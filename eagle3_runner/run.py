@@ -22,7 +22,7 @@ from .common.formats import TRAIN_CONFIG, freq_path_for
 from .prepare import PrepareResult, prepare, prepare_is_complete
 from .prepare import request as prepare_request
 from .prepare.regenerate import RegenerateOptions
-from .prepare.synthesize import SynthesizeOptions
+from .prepare.synthesize import synthesize_options
 from .train import TrainOptions, TrainResult, checkpoint_is_complete, read_losses, train
 from .train.vocab import build_vocab, vocab_is_complete
 
@@ -92,7 +92,7 @@ _KNOWN = {
     "": {"workdir", "model", "prepare", "extract", "vocab", "train", "serve_check"},
     "prepare": {"data", "seq_length", "chat_template", "format", "skip_bad", "regenerate", "temperature", "top_p",
                 "max_new_tokens", "seed", "regenerate_batch_size", "synthesize", "synthesize_max_tokens",
-                "synthesize_temperature", "synthesize_top_p"},
+                "synthesize_temperature", "synthesize_top_p", "synthesize_starts", "synthesize_starts_share"},
     "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
                 "site_packages", "gpu_memory_utilization", "sync"},
     "vocab": {"draft_vocab_size", "target_vocab_size", "from_verifier"},
@@ -138,7 +138,8 @@ _PREPARE_TYPES: dict[str, tuple[type, ...]] = {
     "chat_template": (str,), "format": (str,), "skip_bad": (bool,), "regenerate": (bool,),
     "temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,), "seed": (int,),
     "regenerate_batch_size": (int,), "synthesize": (int,), "synthesize_max_tokens": (int,),
-    "synthesize_temperature": (int, float), "synthesize_top_p": (int, float),
+    "synthesize_temperature": (int, float), "synthesize_top_p": (int, float), "synthesize_starts": (str,),
+    "synthesize_starts_share": (int, float),
 }
 
 
@@ -151,6 +152,9 @@ def _prepare_keys(prep: dict[str, Any], base: Path) -> dict[str, Any]:
     template = out.get("chat_template")
     if template and (base / template).is_file():  # a file relative to the config; else a built-in name
         out["chat_template"] = str(base / template)
+    starts = out.get("synthesize_starts")
+    if starts and (base / starts).is_file():  # likewise
+        out["synthesize_starts"] = str(base / starts)
     return out
 
 
@@ -164,14 +168,7 @@ def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None
         tensor_parallel_size=int(ex.get("tensor_parallel_size", 1)),
         gpu_memory_utilization=ex.get("gpu_memory_utilization"),
     ) if p.get("regenerate", True) or p.get("synthesize") else None
-    synth = None
-    if p.get("synthesize"):
-        ds = SynthesizeOptions(count=int(p["synthesize"]))
-        synth = SynthesizeOptions(
-            count=int(p["synthesize"]), max_tokens=int(p.get("synthesize_max_tokens", ds.max_tokens)),
-            temperature=float(p.get("synthesize_temperature", ds.temperature)),
-            top_p=float(p.get("synthesize_top_p", ds.top_p)), seed=int(p.get("seed", ds.seed)),
-            batch_size=int(p.get("regenerate_batch_size", ds.batch_size)))
+    synth = synthesize_options(p, p.get("regenerate_batch_size")) if p.get("synthesize") else None
     kw: dict[str, Any] = dict(chat_template=p.get("chat_template"), format=p.get("format", "auto"),
                               skip_bad=bool(p.get("skip_bad", False)), regenerate=regen)
     if synth:

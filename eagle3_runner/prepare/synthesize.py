@@ -10,7 +10,13 @@ Kept in index order: a turn is dropped when empty, when it repeats an earlier on
 case and whitespace folded), or when it hit ``max_tokens`` without ending (overlong); each is
 counted.  Generation goes on until ``count`` turns are kept or ``max_attempts`` samples were
 drawn.  Sample ``i`` has the seed ``seed + i``, so the turns do not depend on batching or on
-where a run was resumed.  Resumable: finished samples are appended a batch at a time to a side
+where a run was resumed.
+
+Steering (``--synthesize-starts``): a share of the samples begin their user message with one of a
+list of starts ("Write a Python function that"), which the verifier continues, so the data leans
+toward the workload the draft will serve (code, here) while staying the verifier's own text; the
+other samples are free.  Sample ``i`` takes a start when ``floor((i + 1) * share)`` exceeds
+``floor(i * share)`` (the share spread evenly), and then the next start in the list, in turn.  Resumable: finished samples are appended a batch at a time to a side
 file (:class:`~eagle3_runner.prepare.regen_store.SideFile`; other settings are refused).
 """
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +48,14 @@ class SynthesizeOptions:
     seed: int = 0
     batch_size: int = 2048  # samples per engine call and side-file append
     max_attempts: int | None = None  # default: 3 x count + 64
+    starts: tuple[str, ...] = ()  # user-message openings the verifier continues (steering)
+    starts_share: float = 1.0  # the share of samples that take a start (with ``starts``)
+
+    def start(self, i: int) -> str:
+        """The opening of sample ``i``'s user message ('' for a free one)."""
+        if not self.starts or int((i + 1) * self.starts_share) == int(i * self.starts_share):
+            return ""
+        return self.starts[(int((i + 1) * self.starts_share) - 1) % len(self.starts)]
 
 
 @dataclass
@@ -84,17 +99,53 @@ def stop_ids_for_user_turn(tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
+STARTS_DIR = Path(__file__).with_name("starts")
+
+
+def load_starts(spec: str) -> tuple[str, ...]:
+    """The starts in a text file (one a line; blank lines and ``#`` comments skipped), or a built-in
+    list by name (``eagle3_runner/prepare/starts/NAME.txt``: ``code``)."""
+    path = Path(spec)
+    if not path.is_file() and (STARTS_DIR / f"{spec}.txt").is_file():
+        path = STARTS_DIR / f"{spec}.txt"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        names = sorted(p.stem for p in STARTS_DIR.glob("*.txt"))
+        raise UsageError(f"--synthesize-starts {spec}: not a readable text file nor a built-in list "
+                         f"({', '.join(names)}): {exc}") from None
+    starts = tuple(x.strip() for x in lines if x.strip() and not x.lstrip().startswith("#"))
+    if not starts:
+        raise UsageError(f"--synthesize-starts {spec}: no starts in the file")
+    return starts
+
+
+def synthesize_options(values: Mapping[str, Any], batch_size: int | None = None) -> SynthesizeOptions:
+    """The options from ``prepare``'s arguments or ``[prepare]`` keys (``synthesize``, ``synthesize_*``,
+    ``seed``); a missing or None value takes the default."""
+    def get(key: str, default: Any) -> Any:
+        return default if values.get(key) is None else values[key]
+
+    d, starts = SynthesizeOptions(count=1), values.get("synthesize_starts")
+    return SynthesizeOptions(
+        count=int(values["synthesize"]), temperature=float(get("synthesize_temperature", d.temperature)),
+        top_p=float(get("synthesize_top_p", d.top_p)), max_tokens=int(get("synthesize_max_tokens", d.max_tokens)),
+        seed=int(get("seed", d.seed)), batch_size=int(d.batch_size if batch_size is None else batch_size),
+        starts=load_starts(starts) if starts else (), starts_share=float(get("synthesize_starts_share", d.starts_share)))
+
+
 def fold(text: str) -> str:
     """What two turns are compared by: case and runs of whitespace folded."""
     return " ".join(text.lower().split())
 
 
-def classify(text: str, finish: str, seen: set[str]) -> str:
-    """Why a sampled turn is kept or dropped (``seen`` holds the folded turns kept so far)."""
+def classify(text: str, finish: str, seen: set[str], start: str = "") -> str:
+    """Why a sampled turn is kept or dropped (``seen`` holds the folded turns kept so far; a turn
+    that is its start alone is empty)."""
     if finish == "length":
         return OVERLONG
     key = fold(text)
-    if not key:
+    if not key or key == fold(start):
         return EMPTY
     if key in seen:
         return DUPLICATE
@@ -108,13 +159,16 @@ def _check(o: SynthesizeOptions) -> None:
         raise UsageError("the synthesis temperature must be >= 0 and top-p in (0, 1]")
     if o.max_attempts is not None and o.max_attempts < o.count:
         raise UsageError("max_attempts must be at least the count")
+    if not 0 < o.starts_share <= 1 or any(not s.strip() for s in o.starts):
+        raise UsageError("the share of steered samples must be in (0, 1], and every start non-empty")
 
 
 def _settings(model: Path, tokenizer: Any, prefix: str, stop: list[int], o: SynthesizeOptions) -> dict[str, Any]:
     template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else str(tokenizer.chat_template)
     return {"model": str(Path(model).absolute()), "template_sha256": hashlib.sha256(template.encode()).hexdigest(),
             "prefix": prefix, "stop_token_ids": stop, "temperature": o.temperature, "top_p": o.top_p,
-            "max_tokens": o.max_tokens, "seed": o.seed}
+            "max_tokens": o.max_tokens, "seed": o.seed,
+            **({"starts": list(o.starts), "starts_share": o.starts_share} if o.starts else {})}
 
 
 def synthesize(model: Path, tokenizer: Any, side_path: Path, options: SynthesizeOptions, engine: Any) -> SynthesizeResult:
@@ -131,19 +185,21 @@ def synthesize(model: Path, tokenizer: Any, side_path: Path, options: Synthesize
     seen: set[str] = set()
     index = 0
 
-    def take(text: str, finish: str) -> None:
-        why = classify(text, finish, seen)
+    def take(i: int, text: str, finish: str) -> None:
+        why = classify(text, finish, seen, options.start(i))
         result.counts[why] += 1
         if why == KEPT:
             seen.add(fold(text))
             result.prompts.append(text.strip())
 
     while index < limit and str(index) in done and len(result.prompts) < options.count:
-        take(done[str(index)]["text"], done[str(index)]["finish"])
+        take(index, done[str(index)]["text"], done[str(index)]["finish"])
         index += 1
     started = time.monotonic()
     if len(result.prompts) < options.count and index < limit:
-        _generate(engine, prompt_ids, stop, options, side, result, index, limit, take)
+        starts = {s: tokenizer.encode(s, add_special_tokens=False) for s in {options.start(i) for i in range(index, limit)}
+                  if s}
+        _generate(engine, prompt_ids, starts, stop, options, side, result, index, limit, take)
     result.seconds = time.monotonic() - started
     result.attempts = sum(result.counts.values())
     dropped = {k: v for k, v in result.counts.items() if k != KEPT and v}
@@ -155,8 +211,8 @@ def synthesize(model: Path, tokenizer: Any, side_path: Path, options: Synthesize
     return result
 
 
-def _generate(engine: Any, prompt_ids: list[int], stop: list[int], o: SynthesizeOptions, side: SideFile,
-              result: SynthesizeResult, index: int, limit: int, take: Any) -> None:
+def _generate(engine: Any, prompt_ids: list[int], starts: dict[str, list[int]], stop: list[int], o: SynthesizeOptions,
+              side: SideFile, result: SynthesizeResult, index: int, limit: int, take: Any) -> None:
     from vllm import SamplingParams
 
     from ..common.progress import bar
@@ -169,16 +225,20 @@ def _generate(engine: Any, prompt_ids: list[int], stop: list[int], o: Synthesize
             n = min(o.batch_size, limit - index, max(64, (o.count - len(result.prompts)) * 5 // 4))
             params = [SamplingParams(temperature=o.temperature, top_p=o.top_p, seed=o.seed + i, max_tokens=o.max_tokens,
                                      stop_token_ids=stop, skip_special_tokens=True) for i in range(index, index + n)]
-            outs = llm.generate([{"prompt_token_ids": prompt_ids}] * n, params, use_tqdm=False)
+            # a steered sample's prompt goes on into its start; its turn is the start and what follows
+            opening = [o.start(i) for i in range(index, index + n)]
+            outs = llm.generate([{"prompt_token_ids": prompt_ids + starts.get(s, [])} for s in opening], params,
+                                use_tqdm=False)
             entries = []
             before = len(result.prompts)
-            for i, out in zip(range(index, index + n), outs):
+            for i, s, out in zip(range(index, index + n), opening, outs):
                 gen = out.outputs[0]
                 finish = "length" if gen.finish_reason == "length" else "stop"
-                entries.append({"key": str(i), "text": gen.text, "finish": finish})
+                text = s + gen.text if s else gen.text
+                entries.append({"key": str(i), "text": text, "finish": finish})
                 result.tokens += len(gen.token_ids)
                 if len(result.prompts) < o.count:  # samples past the count are kept for a larger re-run
-                    take(gen.text, finish)
+                    take(i, text, finish)
             side.append(entries)
             result.generated += n
             index += n

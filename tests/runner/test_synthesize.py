@@ -73,3 +73,31 @@ def test_synthesis_without_a_chat_template_is_refused(tiny_llama, tmp_path, run_
     assert not out.exists() and not out.with_name("tokens.synthesized.jsonl").exists()
     p = run_cli("prepare", "--model", str(tiny_llama), "--output", str(out))  # neither --data nor --synthesize
     assert p.returncode == 2 and "needs --data, --synthesize N, or both" in p.stderr
+
+
+def test_steered_synthesis_opens_turns_with_the_starts(tiny_llama, tmp_path):
+    """Half the samples open their user message with a start, which the verifier continues; the
+    other half are free; the side file records the starts, and other starts are refused."""
+    from eagle3_runner.common.errors import UsageError
+    from eagle3_runner.prepare import prepare
+    from eagle3_runner.prepare.regenerate import RegenerateOptions
+    from eagle3_runner.prepare.synthesize import SynthesizeOptions
+
+    out = tmp_path / "tokens.jsonl"
+
+    def run(starts):
+        o = SynthesizeOptions(count=N, max_tokens=24, batch_size=8, starts=starts, starts_share=0.5)
+        return o, prepare(tiny_llama, None, out, 256, synthesize=o, regenerate=RegenerateOptions(max_new_tokens=8))
+
+    o, r = run(("Write a Python function that",))
+    entries = _side_entries(out.with_name("tokens.synthesized.jsonl"))
+    steered = [e for e in entries if o.start(int(e["key"]))]
+    assert steered and len(steered) == len(entries) // 2  # share 0.5: the odd samples
+    assert all(e["text"].startswith("Write a Python function that") for e in steered)
+    assert len(r.synthesize.prompts) == N
+    assert any(p.startswith("Write a Python function that") and len(p) > len("Write a Python function that")
+               for p in r.synthesize.prompts)
+    header = json.loads(out.with_name("tokens.synthesized.jsonl").read_text().splitlines()[0])
+    assert "Write a Python function that" in json.dumps(header)
+    with pytest.raises(UsageError, match="other settings"):
+        run(("Explain",))
