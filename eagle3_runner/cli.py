@@ -154,6 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", choices=("auto", "bfloat16", "float32"),
                    help="verifier dtype (default: the held-out samples' extraction dtype, else auto)")
     s.add_argument("--no-reference", action="store_true", help="skip the run without the draft (output equality)")
+    s.add_argument("--prefix-caching", choices=("auto", "on", "off"), default="auto",
+                   help="vLLM's prefix caching (default auto: vLLM's default, off for a hybrid verifier on a vLLM "
+                        "without Triton, whose align-mode mamba cache needs a Triton kernel with a draft)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
 
     s = cmd("run", "every step from a TOML config, skipping finished ones", run_mod.__doc__)
@@ -286,7 +289,8 @@ def _cmd_serve_check(a: argparse.Namespace) -> int:
 
     from .evaluate.serve_check import check_draft
 
-    r = check_draft(a.draft, a.verifier, a.prompts, a.k, a.max_tokens, a.dtype, reference=not a.no_reference)
+    r = check_draft(a.draft, a.verifier, a.prompts, a.k, a.max_tokens, a.dtype, reference=not a.no_reference,
+                    prefix_caching={"auto": None, "on": True, "off": False}[a.prefix_caching])
     r.pop("outputs", None)
     if a.json:
         print(json.dumps(r))

@@ -58,6 +58,25 @@ def draft_layer_config(verifier: Path, num_layers: int, attn_implementation: str
     return cfg
 
 
+def zero_centred_verifier_norm(model: Any, verifier: Path) -> float:
+    """Give speculators' ``Eagle3DraftModel.verifier_norm`` the verifier's real final-norm scale.
+
+    speculators (0.3.x, 0.4.x) builds ``verifier_norm`` as the draft's Llama RMSNorm (``x * weight``)
+    and loads the verifier's ``model.norm.weight`` into it; a zero-centred norm (Qwen3-Next, Gemma:
+    ``x * (1 + weight)``) then gives the training targets ``lm_head(norm(h_N))`` of another
+    function than the verifier's.  Adds the offset (:func:`.verifier_head.norm_offset`) to the
+    weight (not saved: speculators leaves ``verifier_norm`` out of the checkpoint); returns it."""
+    import torch
+
+    from .verifier_head import norm_offset
+
+    offset = norm_offset(verifier)
+    if offset:
+        with torch.no_grad():
+            model.verifier_norm.weight.add_(offset)
+    return offset
+
+
 def load_draft(checkpoint: Path, verifier: Path | None = None) -> Any:
     """A saved draft as speculators' ``Eagle3DraftModel`` (config through speculators' config
     class, ``d2t``/``t2d`` from the checkpoint; the verifier's embeddings and lm_head are read
@@ -79,4 +98,5 @@ def load_draft(checkpoint: Path, verifier: Path | None = None) -> Any:
         getattr(model, "_keys_to_ignore_on_load_missing", None) or ())
     if unexpected or set(missing) - not_saved:
         raise BadInput(f"{checkpoint}: unexpected keys {unexpected}, missing {sorted(set(missing) - not_saved)}")
+    zero_centred_verifier_norm(model, Path(config.speculators_config.verifier.name_or_path))
     return model

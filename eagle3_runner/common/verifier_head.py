@@ -32,8 +32,38 @@ def load_tensors(folder: Path, names: list[str]) -> dict[str, Any]:
     return out
 
 
+def norm_offset(verifier: Path) -> float:
+    """What the verifier's final RMSNorm adds to its stored weight before scaling: 1.0 for a
+    zero-centred norm (``x * (1 + weight)``: Qwen3-Next, Gemma), 0.0 for Llama's ``x * weight``.
+
+    Read from the model's own HF modeling code: its final norm (``model.norm``), built on the meta
+    device and materialized alone, with the weight zeroed, applied to a vector of ones (its output
+    is the offset).  0.0, with a warning, where the model cannot be built so."""
+    import logging
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        cfg = AutoConfig.from_pretrained(str(verifier))
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        norm = model.get_submodule("model.norm").to_empty(device="cpu").float()
+        with torch.no_grad():
+            norm.weight.zero_()
+            out = norm(torch.ones(1, norm.weight.shape[0]))
+    except Exception as exc:  # noqa: BLE001 - a model HF cannot build on meta: assume Llama's norm
+        logging.getLogger(__name__).warning("%s: cannot read its final norm's form from the HF model (%s); "
+                                            "assuming x * weight", verifier, exc)
+        return 0.0
+    return 1.0 if float(out.abs().mean()) > 0.5 else 0.0
+
+
 def verifier_head(verifier: Path) -> tuple[Any, Any, float]:
-    """The verifier's final norm weight, lm_head weight and norm epsilon (float32)."""
+    """The verifier's final norm scale, lm_head weight and norm epsilon (float32).
+
+    The scale is what multiplies the normalized state: the stored ``model.norm.weight``, plus 1 for
+    a zero-centred norm (:func:`norm_offset`)."""
     from transformers import AutoConfig
 
     cfg = AutoConfig.from_pretrained(str(verifier))
@@ -42,7 +72,8 @@ def verifier_head(verifier: Path) -> tuple[Any, Any, float]:
     head = w.get("lm_head.weight", w.get("model.embed_tokens.weight"))
     if "model.norm.weight" not in w or head is None:
         raise BadInput(f"{verifier}: no model.norm.weight / lm_head.weight to compute the verifier's tokens")
-    return w["model.norm.weight"].float(), head.float(), float(getattr(cfg, "rms_norm_eps", 1e-6))
+    scale = w["model.norm.weight"].float() + norm_offset(verifier)
+    return scale, head.float(), float(getattr(cfg, "rms_norm_eps", 1e-6))
 
 
 def verifier_greedy(last_layer: Any, norm_w: Any, head_w: Any, eps: float) -> Any:

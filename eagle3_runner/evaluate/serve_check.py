@@ -14,6 +14,11 @@ sample up to the turn, ``max_tokens`` the turn's length), i.e. exactly the posit
 ``eagle3 eval`` scores offline.  ``--prompts FILE`` takes a JSON list (strings or token-id
 lists) or token rows (JSON lines with ``input_ids``/``loss_mask``, one prompt per masked turn).
 Each engine runs in a child process, torn down with it.
+
+Prefix caching: vLLM's default, except for a hybrid verifier (recurrent + attention layers, e.g.
+Qwen3-Next) served by a vLLM without Triton (the CPU build), where it is turned off (logged, and
+``prefix_caching_off_because`` in the result): there prefix caching puts the mamba cache in "align"
+mode, whose spec-decode state pre-copy is a Triton kernel.  ``--prefix-caching on|off`` decides.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class ServeRequest:
     k: int
     max_model_len: int
     dtype: str
+    prefix_caching: bool | None = None  # None: vLLM's default, but off where spec decode needs it (:func:`_prefix_caching`)
 
 
 def turns_of(input_ids: Sequence[int], loss_mask: Sequence[int]) -> list[tuple[list[int], int]]:
@@ -106,6 +112,32 @@ def _metric(metrics: Any, name: str) -> float:
     return sum(float(m.value) for m in metrics if m.name == name and hasattr(m, "value"))
 
 
+HYBRID_WITHOUT_TRITON = ("the verifier is a hybrid (recurrent + attention layers) and this vLLM has no Triton: with "
+                         "prefix caching its mamba cache would be in 'align' mode, whose spec-decode state pre-copy "
+                         "is a Triton kernel (vllm/v1/worker/mamba_utils.py, precopy_mamba_align_fused_kernel)")
+
+
+def _prefix_caching(req: ServeRequest) -> tuple[bool | None, str | None]:
+    """``enable_prefix_caching`` for this engine, and why it is off when this function turned it off.
+
+    Left to vLLM (``None``) unless a draft is served on a hybrid verifier by a vLLM without Triton
+    (the CPU build): there prefix caching puts the mamba cache in "align" mode, and speculative
+    decoding then pre-copies the recurrent states with a Triton kernel the CPU build has only as
+    a placeholder (the engine dies at its first step), so it is turned off, with the reason logged."""
+    if req.prefix_caching is not None or not req.draft:
+        return req.prefix_caching, None
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except ImportError:  # older releases: no triton_utils, and no align mode
+        return None, None
+    if HAS_TRITON:
+        return None, None
+    from vllm.config import ModelConfig
+
+    hybrid = ModelConfig(model=req.verifier, dtype=req.dtype, max_model_len=req.max_model_len).is_hybrid
+    return (False, HYBRID_WITHOUT_TRITON) if hybrid else (None, None)
+
+
 def _serve(req: ServeRequest) -> dict[str, Any]:
     """One engine in this process: greedy generation of every prompt, with the counters."""
     import time
@@ -115,10 +147,14 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
     from ..common.environment import default_memory_share
 
     t0 = time.monotonic()
+    prefix_caching, why = _prefix_caching(req)
+    if why:
+        print(f"serve-check: prefix caching off: {why}", file=sys.stderr, flush=True)
     spec = {"method": "eagle3", "model": req.draft, "num_speculative_tokens": req.k} if req.draft else None
+    extra = {} if prefix_caching is None else {"enable_prefix_caching": prefix_caching}
     llm = LLM(model=req.verifier, speculative_config=spec, dtype=req.dtype, enforce_eager=True,
               gpu_memory_utilization=default_memory_share(), max_model_len=req.max_model_len,
-              max_num_seqs=max(1, min(len(req.prompts), 256)), disable_log_stats=False, seed=0)
+              max_num_seqs=max(1, min(len(req.prompts), 256)), disable_log_stats=False, seed=0, **extra)
     t1 = time.monotonic()
     inputs = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in req.prompts]
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in req.max_tokens]
@@ -134,6 +170,8 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
         "accepted_per_position": [int(x) for x in per_pos],
         "outputs": [list(o.outputs[0].token_ids) for o in outs],
         "load_seconds": t1 - t0, "generate_seconds": t2 - t1,
+        "prefix_caching": bool(llm.llm_engine.vllm_config.cache_config.enable_prefix_caching),
+        "prefix_caching_off_because": why,
     }
 
 
@@ -167,9 +205,12 @@ class NoPrompts(UsageError):
 
 def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], max_tokens: Sequence[int] | int,
                 k: int = 3, max_model_len: int | None = None, dtype: str = "auto", reference: bool = True,
-                timeout: float = 900, env: dict[str, str] | None = None) -> dict[str, Any]:
+                timeout: float = 900, env: dict[str, str] | None = None,
+                prefix_caching: bool | None = None) -> dict[str, Any]:
     """Greedy generation of ``prompts`` by ``verifier`` with ``draft`` as its EAGLE-3 speculator
-    (and, with ``reference``, without it), each engine in a child process."""
+    (and, with ``reference``, without it), each engine in a child process.  ``prefix_caching``:
+    vLLM's ``enable_prefix_caching`` (``None``: its default, off where spec decode needs it off,
+    :func:`_prefix_caching`); the reference engine runs with the setting the first one used."""
     if not prompts:
         raise NoPrompts("serve-check needs at least one prompt")
     if k < 1:
@@ -178,12 +219,14 @@ def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Promp
     longest = max(len(p) for p in prompts if not isinstance(p, str)) if any(not isinstance(p, str) for p in prompts) else 0
     max_model_len = max_model_len or -(-(longest + max(lengths) + k + 1) // 32) * 32
     base = ServeRequest(str(verifier), str(draft), [p if isinstance(p, str) else list(p) for p in prompts],
-                        lengths, k, max(max_model_len, 64), dtype)
+                        lengths, k, max(max_model_len, 64), dtype, prefix_caching)
     served = _in_child(base, timeout, env)
     out = {**summarize(served, k), "prompts": len(prompts), "generated_tokens": sum(len(o) for o in served["outputs"]),
-           "seconds": {"load": served["load_seconds"], "generate": served["generate_seconds"]}}
+           "seconds": {"load": served["load_seconds"], "generate": served["generate_seconds"]},
+           "prefix_caching": served["prefix_caching"], "prefix_caching_off_because": served["prefix_caching_off_because"]}
     if reference:
-        ref = _in_child(ServeRequest(**{**base.__dict__, "draft": None}), timeout, env)
+        ref = _in_child(ServeRequest(**{**base.__dict__, "draft": None, "prefix_caching": served["prefix_caching"]}),
+                        timeout, env)
         same = [a == b for a, b in zip(served["outputs"], ref["outputs"])]
         out["outputs_equal_reference"] = all(same)
         out["outputs_differing"] = [i for i, s in enumerate(same) if not s]
@@ -205,7 +248,7 @@ def _data_dtype(files: Sequence[Path]) -> str:
 
 def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None = None, k: int = 3,
                 max_tokens: int | None = None, dtype: str | None = None, reference: bool = True,
-                env: dict[str, str] | None = None) -> dict[str, Any]:
+                env: dict[str, str] | None = None, prefix_caching: bool | None = None) -> dict[str, Any]:
     """``eagle3 serve-check``: the checkpoint's verifier (or ``verifier``) serves ``prompts``
     (default: the draft's held-out turns) with the draft."""
     from . import heldout_files, resolve_checkpoint
@@ -223,7 +266,8 @@ def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None 
         lengths = found or [DEFAULT_MAX_TOKENS] * len(ps)
     if max_tokens is not None:
         lengths = [max_tokens] * len(ps)
-    return serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype or "auto", reference=reference, env=env)
+    return serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype or "auto", reference=reference, env=env,
+                       prefix_caching=prefix_caching)
 
 
 def main(argv: list[str] | None = None) -> int:

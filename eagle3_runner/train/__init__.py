@@ -30,7 +30,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..common.draft_model import _import_speculators, draft_layer_config, load_draft  # noqa: F401 - re-exported
+from ..common.draft_model import (  # noqa: F401 - re-exported
+    _import_speculators,
+    draft_layer_config,
+    load_draft,
+    zero_centred_verifier_norm,
+)
 from ..common.errors import BadInput, EnvironmentProblem, UsageError
 from ..common.formats import DATA_CONFIG, LOSS_LOG, TRAIN_CONFIG, iter_sample_files
 from .vocab import load_vocab
@@ -229,6 +234,8 @@ def train(opts: TrainOptions) -> TrainResult:
         ),
     )
     model = sp["Eagle3DraftModel"](config=config, t2d=t2d, d2t=d2t)
+    if zero_centred_verifier_norm(model, opts.verifier):
+        logger.info("the verifier's final norm is zero-centred (x * (1 + weight)): the training targets use 1 + weight")
 
     transform = sp["AddUniformNoise"](std=opts.noise_std, tensors=("hidden_states",)) if opts.noise_std else None
     dataset = sp["Eagle3SampleFileDataset"](max_len=opts.max_len, file_list=files, transform=transform)

