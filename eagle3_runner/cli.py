@@ -50,10 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--max-new-tokens", type=int, default=512)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--batch-size", type=int, default=1024,
-                   help="rows per engine batch and side-file append (default 1024)")
-    g.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
-                   help="auto: float32 on CPU for a float32 model")
+    g.add_argument("--batch-size", type=int, default=1024, help="rows per engine batch and side-file append (1024)")
+    g.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto", help="auto: float32 on CPU "
+                   "for a float32 model")
     g.add_argument("--tensor-parallel-size", type=int, default=1)
     g.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
     g = s.add_argument_group("synthesize (vLLM; implies --regenerate)")
@@ -113,8 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"warm-up: a share of the steps (< 1) or a number of steps (default {train_mod.DEFAULT_WARMUP:g})")
     s.add_argument("--eval-every", type=int,
                    help="held-out acceptance every N steps, the best weights saved (default: 5 times a run; 0 = off)")
-    s.add_argument("--max-minutes", type=float, help="fast loop: stop after this long, saving the best weights "
-                                                        "(the learning-rate schedule is not shortened)")
+    s.add_argument("--max-minutes", type=float, help="fast loop: end by this time (the schedule too), best weights kept")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--num-layers", type=int, default=1, help="draft decoder layers (default 1)")
     s.add_argument("--ttt-steps", type=int, default=3)
@@ -123,8 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="linear",
                    help="learning-rate decay after the warm-up (default linear to 0)")
     s.add_argument("--noise-std", type=float, default=0.0)
-    s.add_argument("--compile", action="store_true",
-                   help="keep speculators' torch.compile on (always on for --loop fast on CUDA)")
+    s.add_argument("--compile", action="store_true", help="keep speculators' torch.compile on (always: fast loop, CUDA)")
     s.add_argument("--loop", choices=("auto", "fast", "speculators"), default="auto",
                    help="fast: the runner's loop around speculators' model and Trainer (worker loader, pinned "
                         "prefetch, bf16 autocast, fused AdamW); speculators: its Trainer loop as is; "
@@ -154,9 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dtype", choices=("auto", "bfloat16", "float32"),
                    help="verifier dtype (default: the held-out samples' extraction dtype, else auto)")
     s.add_argument("--no-reference", action="store_true", help="skip the run without the draft (output equality)")
-    s.add_argument("--prefix-caching", choices=("auto", "on", "off"), default="auto",
-                   help="vLLM's prefix caching (default auto: vLLM's default, off for a hybrid verifier on a vLLM "
-                        "without Triton, whose align-mode mamba cache needs a Triton kernel with a draft)")
+    s.add_argument("--prefix-caching", choices=("auto", "on", "off"), default="auto", help="vLLM's prefix caching "
+                   "(auto: vLLM's default; off for a hybrid verifier on a vLLM without Triton: docs/eagle3.md)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
 
     s = cmd("run", "every step from a TOML config, skipping finished ones", run_mod.__doc__)

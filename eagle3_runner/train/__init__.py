@@ -70,7 +70,7 @@ class TrainOptions:
     epochs: float | None = None  # passes over the training samples; overrides steps when given
     warmup: float = DEFAULT_WARMUP  # warm-up: a share of the steps (< 1) or a number of steps
     eval_every: int | None = None  # held-out acceptance every N steps, best kept (None: 5 times; 0: off)
-    max_minutes: float | None = None  # fast loop: stop after this long (the schedule is not shortened)
+    max_minutes: float | None = None  # fast loop: end by this long (the schedule fitted to it too)
 
 
 @dataclass

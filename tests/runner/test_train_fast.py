@@ -94,6 +94,26 @@ def test_fast_loop_losses_equal_stock(tmp_path, tiny_llama, hf_samples, vocab, t
 
 
 @pytest.mark.slow
+def test_time_limit_ends_the_schedule_too(tmp_path, tiny_llama, hf_samples, vocab, train_site, run_cli):
+    """Far more steps planned than 15 seconds hold: the loop stops at the limit, and the learning
+    rate it logged warmed up, reached its peak and decayed to near 0 by then (before, the limit cut
+    a run at its peak rate)."""
+    out = tmp_path / "timed"
+    p = run_cli("train", "--data", str(hf_samples), "--vocab", str(vocab), "--verifier", str(tiny_llama),
+                "--output", str(out), "--steps", "200000", "--max-len", "256", "--lr", "3e-3", "--loop", "fast",
+                "--precision", "fp32", "--eval-every", "0", "--max-minutes", "0.25", env={"PYTHONPATH": str(train_site)},
+                timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert "the time limit is reached" in p.stderr
+    rates = [json.loads(x)["lr"] for x in (out / "loss.jsonl").read_text().splitlines()]
+    assert 20 < len(rates) < 200000
+    peak = max(rates)
+    assert peak > 0.9 * 3e-3 and rates[0] < 0.5 * peak
+    assert rates[-1] < 0.1 * peak, rates[-10:]
+    assert (out / "0" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated", "layers"])
 def test_bad_sample_file_stops_with_its_name(tmp_path, tiny_llama, hf_samples, vocab, train_site, run_cli, damage):
     data = tmp_path / "samples"
