@@ -30,12 +30,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..common.draft_model import (  # noqa: F401 - re-exported
-    _import_speculators,
-    draft_layer_config,
-    load_draft,
-    zero_centred_verifier_norm,
-)
+from ..common.draft_model import _import_speculators, draft_layer_config, load_draft  # noqa: F401 - re-exported
+from ..common.draft_model import zero_centred_verifier_norm
 from ..common.errors import BadInput, EnvironmentProblem, UsageError
 from ..common.formats import DATA_CONFIG, LOSS_LOG, TRAIN_CONFIG, iter_sample_files
 from .vocab import load_vocab
