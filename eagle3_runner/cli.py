@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .cli_serve import acceptance_table, cmd_serve_check, speed_table
 from .common.errors import EXIT_CODES_HELP, ExitCode, RunnerError
 
 DESCRIPTION = "From chat data to a trained EAGLE-3 draft on the (vllm-compat patched) speculators stack."
@@ -27,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     from . import evaluate as eval_mod
     from . import extract as extract_mod
     from . import prepare as prepare_mod
+    from . import cli_serve
     from .evaluate import serve_check as serve_mod
     from . import run as run_mod
     from . import train as train_mod
@@ -141,19 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     s.add_argument("--json", action="store_true", help="print one JSON object")
 
-    s = cmd("serve-check", "served acceptance: vLLM generates with the draft as its EAGLE-3 speculator", serve_mod.__doc__)
-    s.add_argument("--draft", required=True, type=Path, help="train's output folder (or the draft folder OUTPUT/0)")
-    s.add_argument("--verifier", type=Path, help="default: the verifier the checkpoint names")
-    s.add_argument("--prompts", type=Path, help="JSON list of prompts or token rows (default: the held-out turns)")
-    s.add_argument("-k", type=int, default=3, help="num_speculative_tokens (default 3)")
-    s.add_argument("--max-tokens", type=int, help=f"per prompt (default: for token rows, the turn's length - k + 1; "
-                                                  f"else {serve_mod.DEFAULT_MAX_TOKENS})")
-    s.add_argument("--dtype", choices=("auto", "bfloat16", "float32"),
-                   help="verifier dtype (default: the held-out samples' extraction dtype, else auto)")
-    s.add_argument("--no-reference", action="store_true", help="skip the run without the draft (output equality)")
-    s.add_argument("--prefix-caching", choices=("auto", "on", "off"), default="auto", help="vLLM's prefix caching "
-                   "(auto: vLLM's default; off for a hybrid verifier on a vLLM without Triton: docs/eagle3.md)")
-    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s = cmd("serve-check", "served acceptance (and with --speed, tokens/s): vLLM serves the draft as its EAGLE-3 "
+            "speculator", serve_mod.__doc__)
+    cli_serve.add_arguments(s)
 
     s = cmd("run", "every step from a TOML config, skipping finished ones", run_mod.__doc__)
     s.add_argument("config", nargs="?", type=Path)
@@ -250,21 +242,6 @@ def _cmd_vocab(a: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _acceptance_table(columns: dict[str, dict]) -> str:
-    """Per-position acceptance of several sources side by side (each a dict with
-    ``acceptance_per_position``, ``mean_acceptance_length`` and ``drafts``)."""
-    names = list(columns)
-    k = max(len(c["acceptance_per_position"]) for c in columns.values())
-    lines = ["position  " + "  ".join(f"{n:>10}" for n in names)]
-    for j in range(k):
-        cells = [c["acceptance_per_position"][j] if j < len(c["acceptance_per_position"]) else float("nan")
-                 for c in columns.values()]
-        lines.append(f"{j + 1:>8}  " + "  ".join(f"{100 * v:>9.1f}%" for v in cells))
-    lines.append("mean len  " + "  ".join(f"{c['mean_acceptance_length']:>10.2f}" for c in columns.values()))
-    lines.append("drafts    " + "  ".join(f"{c['drafts']:>10}" for c in columns.values()))
-    return "\n".join(lines)
-
-
 def _cmd_eval(a: argparse.Namespace) -> int:
     import json
 
@@ -276,29 +253,7 @@ def _cmd_eval(a: argparse.Namespace) -> int:
         return ExitCode.OK
     print(f"{r['draft']} on {r['samples']} samples (verifier {r['verifier']}, k={r['k']}; "
           f"{100 * r['vocab_coverage']:.1f}% of the verifier's greedy tokens are in the draft vocabulary):")
-    print(_acceptance_table({"walk": r, "all starts": r["all_positions"]}))
-    return ExitCode.OK
-
-
-def _cmd_serve_check(a: argparse.Namespace) -> int:
-    import json
-
-    from .evaluate.serve_check import check_draft
-
-    r = check_draft(a.draft, a.verifier, a.prompts, a.k, a.max_tokens, a.dtype, reference=not a.no_reference,
-                    prefix_caching={"auto": None, "on": True, "off": False}[a.prefix_caching])
-    r.pop("outputs", None)
-    if a.json:
-        print(json.dumps(r))
-    else:
-        print(f"vLLM served {r['prompts']} prompts ({r['generated_tokens']} tokens) with the draft, k={a.k}: "
-              f"acceptance rate {100 * r['acceptance_rate']:.1f}%")
-        print(_acceptance_table({"served": r}))
-        if "outputs_equal_reference" in r:
-            print("outputs equal the verifier's without the draft" if r["outputs_equal_reference"] else
-                  f"OUTPUTS DIFFER from the verifier's without the draft: prompts {r['outputs_differing'][:20]}")
-    if r.get("outputs_equal_reference") is False:
-        return ExitCode.MISMATCH
+    print(acceptance_table({"walk": r, "all starts": r["all_positions"]}))
     return ExitCode.OK
 
 
@@ -363,7 +318,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
         columns = {"offline": r.offline, **({"served": r.served} if r.served else {})}
         print(f"acceptance on the {r.offline['samples']} held-out samples, k={r.offline['k']} "
               f"(offline: eagle3 eval; served: vLLM's spec-decode counters, eagle3 serve-check):")
-        print(_acceptance_table(columns))
+        print(acceptance_table(columns))
     problem = acceptance_problem(cfg, r)
     if problem:
         print(f"eagle3 run: error: {problem}", file=sys.stderr)
@@ -372,7 +327,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
 
 COMMANDS = {"prepare": _cmd_prepare, "extract": _cmd_extract, "vocab": _cmd_vocab, "train": _cmd_train,
-            "eval": _cmd_eval, "serve-check": _cmd_serve_check, "run": _cmd_run}
+            "eval": _cmd_eval, "serve-check": cmd_serve_check, "run": _cmd_run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

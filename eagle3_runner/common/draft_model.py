@@ -58,6 +58,28 @@ def draft_layer_config(verifier: Path, num_layers: int, attn_implementation: str
     return cfg
 
 
+def draft_config(verifier: Path, aux_layer_ids: list[int], draft_vocab_size: int, speculative_tokens: int,
+                 num_layers: int = 1, attn_implementation: str = "sdpa") -> Any:
+    """The speculators ``Eagle3SpeculatorConfig`` a trained draft is saved with (vLLM reads it as an
+    EAGLE-3 draft): the draft layer sized as the verifier, the aux layer ids, the draft vocabulary."""
+    from transformers import AutoConfig
+
+    sp = _import_speculators()
+    return sp["Eagle3SpeculatorConfig"](
+        transformer_layer_config=draft_layer_config(verifier, num_layers, attn_implementation),
+        draft_vocab_size=draft_vocab_size,
+        norm_before_residual=False,
+        eagle_aux_hidden_state_layer_ids=list(aux_layer_ids),
+        speculators_config=sp["SpeculatorsConfig"](
+            algorithm="eagle3",
+            proposal_methods=[sp["GreedyTokenProposalConfig"](speculative_tokens=speculative_tokens)],
+            default_proposal_method="greedy",
+            verifier=sp["VerifierConfig"].from_config(AutoConfig.from_pretrained(str(verifier)),
+                                                      name_or_path=str(Path(verifier).absolute())),
+        ),
+    )
+
+
 def zero_centred_verifier_norm(model: Any, verifier: Path) -> float:
     """Give speculators' ``Eagle3DraftModel.verifier_norm`` the verifier's real final-norm scale.
 

@@ -246,11 +246,10 @@ def _data_dtype(files: Sequence[Path]) -> str:
         return "auto"
 
 
-def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None = None, k: int = 3,
-                max_tokens: int | None = None, dtype: str | None = None, reference: bool = True,
-                env: dict[str, str] | None = None, prefix_caching: bool | None = None) -> dict[str, Any]:
-    """``eagle3 serve-check``: the checkpoint's verifier (or ``verifier``) serves ``prompts``
-    (default: the draft's held-out turns) with the draft."""
+def _draft_inputs(draft: Path, verifier: Path | None, prompts: Path | None,
+                  k: int) -> tuple[Path, Path, list[Prompt], list[int] | None, str | None]:
+    """(checkpoint, verifier, prompts, their turn lengths if known, the samples' dtype if known):
+    the checkpoint's verifier unless ``verifier``; the draft's held-out turns unless ``prompts``."""
     from . import heldout_files, resolve_checkpoint
 
     ckpt, train_out = resolve_checkpoint(draft)
@@ -260,14 +259,34 @@ def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None 
     if prompts is None:
         files = heldout_files(train_out)
         ps, lengths = prompts_from_samples(files, k)
-        dtype = dtype or _data_dtype(files)
-    else:
-        ps, found = prompts_from_file(prompts, k)
-        lengths = found or [DEFAULT_MAX_TOKENS] * len(ps)
-    if max_tokens is not None:
-        lengths = [max_tokens] * len(ps)
-    return serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype or "auto", reference=reference, env=env,
-                       prefix_caching=prefix_caching)
+        return ckpt, verifier, ps, lengths, _data_dtype(files)
+    ps, found = prompts_from_file(prompts, k)
+    return ckpt, verifier, ps, found, None
+
+
+def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None = None, k: int = 3,
+                max_tokens: int | None = None, dtype: str | None = None, reference: bool = True,
+                env: dict[str, str] | None = None, prefix_caching: bool | None = None) -> dict[str, Any]:
+    """``eagle3 serve-check``: the checkpoint's verifier (or ``verifier``) serves ``prompts``
+    (default: the draft's held-out turns) with the draft."""
+    ckpt, verifier, ps, lengths, data_dtype = _draft_inputs(draft, verifier, prompts, k)
+    lengths = [max_tokens] * len(ps) if max_tokens is not None else lengths or [DEFAULT_MAX_TOKENS] * len(ps)
+    return serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype or data_dtype or "auto", reference=reference,
+                       env=env, prefix_caching=prefix_caching)
+
+
+def draft_speed(draft: Path, verifier: Path | None = None, prompts: Path | None = None, k: int = 3,
+                max_tokens: int | None = None, dtype: str | None = None, batches: Sequence[int] = (1, 8),
+                repeats: int = 2, n_prompts: int | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``eagle3 serve-check --speed``: tokens per second with and without the draft on the same
+    prompts as :func:`check_draft` (the first ``n_prompts``), stopping where the verifier stops
+    (at most ``max_tokens``): :func:`.speed.measure_speed`."""
+    from .speed import DEFAULT_MAX_TOKENS as SPEED_MAX_TOKENS, DEFAULT_PROMPTS, measure_speed
+
+    ckpt, verifier, ps, _, data_dtype = _draft_inputs(draft, verifier, prompts, k)
+    ps = ps[: n_prompts or DEFAULT_PROMPTS]
+    return measure_speed(verifier, ckpt, ps, k=k, batches=batches, repeats=repeats,
+                         max_tokens=max_tokens or SPEED_MAX_TOKENS, dtype=dtype or data_dtype or "auto", env=env)
 
 
 def main(argv: list[str] | None = None) -> int:

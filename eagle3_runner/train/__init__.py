@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..common.draft_model import _import_speculators, draft_layer_config, load_draft  # noqa: F401 - re-exported
+from ..common.draft_model import _import_speculators, draft_config, draft_layer_config, load_draft  # noqa: F401 - re-exported
 from ..common.draft_model import zero_centred_verifier_norm
 from ..common.errors import BadInput, EnvironmentProblem, UsageError
 from ..common.formats import DATA_CONFIG, LOSS_LOG, TRAIN_CONFIG, iter_sample_files
@@ -213,22 +213,7 @@ def train(opts: TrainOptions) -> TrainResult:
     from ..common.cpu_attention import attention_for
 
     attn = attention_for(opts.device)
-    from transformers import AutoConfig
-
-    verifier_cfg = AutoConfig.from_pretrained(str(opts.verifier))
-    layer_cfg = draft_layer_config(opts.verifier, opts.num_layers, attn)
-    config = sp["Eagle3SpeculatorConfig"](
-        transformer_layer_config=layer_cfg,
-        draft_vocab_size=int(d2t.shape[0]),
-        norm_before_residual=False,
-        eagle_aux_hidden_state_layer_ids=layer_ids[:-1],
-        speculators_config=sp["SpeculatorsConfig"](
-            algorithm="eagle3",
-            proposal_methods=[sp["GreedyTokenProposalConfig"](speculative_tokens=opts.ttt_steps)],
-            default_proposal_method="greedy",
-            verifier=sp["VerifierConfig"].from_config(verifier_cfg, name_or_path=str(Path(opts.verifier).absolute())),
-        ),
-    )
+    config = draft_config(opts.verifier, layer_ids[:-1], int(d2t.shape[0]), opts.ttt_steps, opts.num_layers, attn)
     model = sp["Eagle3DraftModel"](config=config, t2d=t2d, d2t=d2t)
     if zero_centred_verifier_norm(model, opts.verifier):
         logger.info("the verifier's final norm is zero-centred (x * (1 + weight)): the training targets use 1 + weight")
