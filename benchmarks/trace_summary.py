@@ -40,6 +40,7 @@ LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaun
 SYNCS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaMemcpyAsync")
 STEP_SPAN = "gpu_model_runner: forward"
 WHOLE_STEP = "execute_model (execute_context_*: the whole step)"
+DECODE_STEP = re.compile(r"execute_context_0\(0\)_generation_[1-9]")  # a step of decodes only
 
 
 def kind_of(name: str) -> str:
@@ -91,6 +92,8 @@ def _union(intervals: list[tuple[float, float]]) -> float:
 def summarize(events: list[dict[str, Any]], top: int = 12) -> dict[str, Any]:
     spans = [e for e in events if e.get("cat") == "user_annotation"]
     steps = [s for s in spans if s["name"] == STEP_SPAN]
+    if not steps:  # Model Runner V2 (vLLM >= 0.26) names only the whole step, after its batch
+        steps = [s for s in spans if DECODE_STEP.match(s["name"])]
     n = len(steps)
     if not n:
         return {"steps": 0, "note": f"no '{STEP_SPAN}' span: VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 was not set?"}
