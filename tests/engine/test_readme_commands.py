@@ -131,7 +131,7 @@ def _concrete(cmd: str) -> list[str]:
     argv = []
     for word in shlex.split(cmd):
         word = word.split("|")[0]
-        argv.append({"N": "8"}.get(word, word))
+        argv.append({"N": "8", "a,b,c,d": "2,4,6,8"}.get(word, word))
     return argv
 
 
