@@ -109,6 +109,7 @@ def _setup_logging(verbose: bool, quiet: bool) -> None:
 
 
 def _cmd_prepare(a: argparse.Namespace) -> int:
+    from .common.formats import counted
     from .prepare import prepare
     from .prepare.regenerate import RegenerateOptions
     from .prepare.synthesize import synthesize_options
@@ -141,7 +142,7 @@ def _cmd_prepare(a: argparse.Namespace) -> int:
     print(f"{r.output}: {r.rows} rows, {r.tokens} tokens, {r.masked_tokens} in the loss "
           f"({r.truncated} truncated; mask by {r.mask_method})")
     if r.skipped_report:
-        print(f"{r.skipped_report}: {r.skipped} bad row{'s' if r.skipped != 1 else ''} skipped")
+        print(f"{r.skipped_report}: {counted(r.skipped, 'bad rows')} skipped")
     print(f"{r.freq}: token frequencies; {r.record}: what made them")
     return ExitCode.OK
 

@@ -20,7 +20,7 @@ from .common.model_folder import check_model_folder
 from .config import PipelineConfig, example_config, load_config  # noqa: F401 - the run's API
 from .evaluate import EVAL_FILE
 from .extract import ExtractOptions, ExtractResult, extract, parse_shard
-from .common.formats import TRAIN_CONFIG, freq_path_for
+from .common.formats import TRAIN_CONFIG, counted, freq_path_for
 from .prepare import PrepareResult, prepare, prepare_is_complete
 from .prepare import request as prepare_request
 from .prepare.regenerate import RegenerateOptions
@@ -68,8 +68,8 @@ def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None
         logger.info("prepare: %s is complete for this config, skipped", cfg.tokens)
         return
     r = res.prepare = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length, **kw)
-    logger.info("prepare: %d rows, %d tokens (%d in the loss, %d bad rows skipped)", r.rows, r.tokens,
-                r.masked_tokens, r.skipped)
+    logger.info("prepare: %d rows, %d tokens (%d in the loss, %s skipped)", r.rows, r.tokens,
+                r.masked_tokens, counted(r.skipped, "bad rows"))
 
 
 def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:

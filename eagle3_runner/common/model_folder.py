@@ -21,13 +21,13 @@ def check_model_folder(path: Path | str, *, tokenizer: bool = True, what: str = 
     if not folder.exists():
         raise EnvironmentProblem(f"{what} folder not found: {folder}")
     if not folder.is_dir():
-        raise EnvironmentProblem(f"{what} {folder} is not a folder (a local Hugging Face model folder is expected)")
+        raise EnvironmentProblem(f"{what} is not a folder: {folder} (a local Hugging Face model folder is expected)")
     try:
         names = set(os.listdir(folder))
     except OSError as exc:
         raise EnvironmentProblem(f"cannot read the {what} folder {folder}: {exc.strerror}") from None
     if not names:
-        raise EnvironmentProblem(f"{what} folder {folder} is empty")
+        raise EnvironmentProblem(f"{what} folder is empty: {folder}")
     if "config.json" not in names:
         raise EnvironmentProblem(f"no config.json in {folder}: not a Hugging Face model folder")
     if tokenizer and not (names & set(TOKENIZER_FILES) or any(n.endswith(".tiktoken") for n in names)):
