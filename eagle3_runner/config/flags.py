@@ -20,11 +20,10 @@ def add_flag(parser: Any, k: Key, **overrides: Any) -> None:
     elif k.kind is PATHS:
         kw = dict(action="append", type=Path, metavar="PATH")
     else:
-        kw = dict(type=k.from_text, default=default)
-        if k.choices:
-            kw["metavar"] = "{" + ",".join(k.choices) + "}"
-    shown = f" (default {default:g})" if isinstance(default, float) else \
-        f" (default {default})" if default not in (None, False) and k.kind is not BOOL else ""
+        kw = dict(type=k.from_text, default=default,
+                  metavar="{" + ",".join(k.choices) + "}" if k.choices else k.option[2:].upper().replace("-", "_"))
+    shown = "" if default is None or k.kind is BOOL else \
+        f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
     kw["help"] = (k.help + shown).replace("%", "%%")
     kw.update(overrides)
     parser.add_argument(k.option, dest=k.name, **kw)

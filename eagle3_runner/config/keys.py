@@ -43,7 +43,8 @@ PREPARE = (
         choices=("auto", "messages", "sharegpt", "text")),
     Key("skip_bad", BOOL, "skip bad rows, listed in TOKENS.skipped.jsonl", _P["skip_bad"]),
     Key("regenerate", BOOL, "replace assistant turns by the model's own responses (vLLM; resumable: "
-        "TOKENS.regenerated.jsonl; eagle3 prepare: only with --regenerate)", True, cli_default=False),
+        "TOKENS.regenerated.jsonl); on by default in eagle3 run, a switch of eagle3 prepare", True,
+        cli_default=False),
     Key("temperature", FLOAT, "regenerate: 0 = greedy", _R["temperature"], low=0),
     Key("top_p", FLOAT, "regenerate: nucleus sampling", _R["top_p"], low=0, high=1, low_open=True),
     Key("max_new_tokens", INT, "regenerate: the longest response", _R["max_new_tokens"], low=1),

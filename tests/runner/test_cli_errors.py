@@ -96,3 +96,15 @@ def test_the_loss_plot_counts_steps_as_the_log_does():
     losses = [3.0, 2.0, 1.5, 1.0]
     assert loss_plot(losses).splitlines()[-1].strip() == "step 1 .. 4"  # the log: "step 1/4" .. "step 4/4"
     assert loss_table(losses).splitlines()[0].split()[:2] == ["step", "1"]
+
+
+def test_the_verifier_that_extracted_samples_name_is_checked_too(tmp_path, capsys):
+    """``vocab --data HS`` without ``--verifier`` takes the model HS/data_config.json names."""
+    from eagle3_runner.common.formats import DATA_CONFIG, write_freq
+
+    freq, hs = tmp_path / "t.freq.json", tmp_path / "hs"
+    write_freq(freq, {1: 3, 2: 1}, 16)
+    hs.mkdir()
+    (hs / DATA_CONFIG).write_text(json.dumps({"model": str(tmp_path / "moved"), "layer_ids": [1, 2]}))
+    assert main(["vocab", "--freq", str(freq), "--data", str(hs), "--output", str(tmp_path / "v")]) == 6
+    assert f"verifier folder not found: {tmp_path / 'moved'}" in capsys.readouterr().err
