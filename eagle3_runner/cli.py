@@ -10,17 +10,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .cli_serve import acceptance_table, cmd_serve_check, speed_table
-from .common.errors import EXIT_CODES_HELP, ExitCode, RunnerError
+from .common.errors import EXIT_CODES_HELP, ExitCode, RunnerError, UsageError
 
 DESCRIPTION = "From chat data to a trained EAGLE-3 draft on the (vllm-compat patched) speculators stack."
 
 
-def _parser() -> argparse.ArgumentParser:
+class _RaisingParser(argparse.ArgumentParser):
+    """Under ``--json``: a bad command line raises, so that it too is reported as JSON."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(prog="eagle3", description=DESCRIPTION, epilog=EXIT_CODES_HELP, formatter_class=fmt)
+    cls = _RaisingParser if json_errors else argparse.ArgumentParser
+    p = cls(prog="eagle3", description=DESCRIPTION, epilog=EXIT_CODES_HELP, formatter_class=fmt)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=cls)
 
     def cmd(name: str, help: str, doc: str | None = None) -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help, description=doc or help, epilog=EXIT_CODES_HELP, formatter_class=fmt)
@@ -32,73 +40,26 @@ def _parser() -> argparse.ArgumentParser:
     from .evaluate import serve_check as serve_mod
     from . import run as run_mod
     from . import train as train_mod
+    from .config.flags import add_command_flags, add_flag
+    from .config.keys import key
     from .train import vocab as vocab_mod
 
     s = cmd("prepare", "chat or text rows -> token rows with a loss mask", prepare_mod.__doc__)
     s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer, and its chat template by default)")
-    s.add_argument("--data", type=Path, action="append",
-                   help="JSON lines, Parquet or a datasets folder (repeat for several; optional with --synthesize)")
     s.add_argument("--output", required=True, type=Path, help="token JSON lines (side files go next to it)")
-    s.add_argument("--seq-length", type=int, default=2048, help="truncate to this many tokens (default 2048)")
-    s.add_argument("--chat-template", metavar="FILE|NAME",
-                   help="a Jinja file or a built-in (llama-3, chatml, deepseek, kimi) instead of the tokenizer's")
-    s.add_argument("--format", choices=("auto", "messages", "sharegpt", "text"), default="auto",
-                   help="row format (default: detected per file)")
-    s.add_argument("--skip-bad", action="store_true", help="skip bad rows, listed in OUTPUT.skipped.jsonl")
-    g = s.add_argument_group("regenerate (vLLM)")
-    g.add_argument("--regenerate", action="store_true",
-                   help="replace assistant turns by the model's own responses first (resumable: OUTPUT.regenerated.jsonl)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--max-new-tokens", type=int, default=512)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--batch-size", type=int, default=1024, help="rows per engine batch and side-file append (1024)")
-    g.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto", help="auto: float32 on CPU "
-                   "for a float32 model")
-    g.add_argument("--tensor-parallel-size", type=int, default=1)
-    g.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
-    g = s.add_argument_group("synthesize (vLLM; implies --regenerate)")
-    g.add_argument("--synthesize", type=int, metavar="N",
-                   help="add N user turns written by the model itself (Magpie), answered by it "
-                        "(resumable: OUTPUT.synthesized.jsonl)")
-    g.add_argument("--synthesize-max-tokens", type=int, default=256,
-                   help="a user turn reaching this many tokens is dropped as overlong (default 256)")
-    g.add_argument("--synthesize-temperature", type=float, default=1.0, help="default 1.0")
-    g.add_argument("--synthesize-top-p", type=float, default=1.0)
-    g.add_argument("--synthesize-starts", metavar="FILE|NAME", help="steer toward a workload: user turns open with "
-                   "these starts (a file, one a line; built-in: code), continued by the model")
-    g.add_argument("--synthesize-starts-share", type=float, metavar="F", help="the share that take a start (1.0)")
+    add_command_flags(s, "prepare")
 
     s = cmd("extract", "token rows -> hidden-state samples (speculators' format)", extract_mod.__doc__)
     s.add_argument("--model", required=True, type=Path)
     s.add_argument("--input", required=True, type=Path, help="token JSON lines from prepare")
     s.add_argument("--output", required=True, type=Path, help="folder for data_{i}.pt and data_config.json")
-    s.add_argument("--layers", help="comma-separated layer ids (default 2,N//2,N-3,N; id N = before the final norm)")
-    s.add_argument("--batch-size", type=int,
-                   help="prompts handed to the engine at once (default 32 with vllm, 8 with hf; 256 with "
-                        "vllm-fast, whose files are written in the worker, so larger batches only keep the "
-                        "GPU's steps full)")
-    s.add_argument("--max-model-len", type=int, help="default: longest row + 1, rounded up to 32")
-    s.add_argument("--tensor-parallel-size", type=int, default=1)
-    s.add_argument("--shard", help="I/N: take token lines with index %% N == I (round-robin)")
-    s.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto")
-    s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm",
-                   help="vllm: the patched speculators generator; vllm-fast: vLLM's LLM API with a worker "
-                        "extension that writes files in the worker (GPU speed); hf: transformers")
-    s.add_argument("--sync", choices=extract_mod.SYNC_MODES, default="end",
-                   help="durability: end = one os.sync() before exit (default, counted in the rate); "
-                        "each = fsync every file; none = leave write-back to the OS (resume redoes torn files)")
-    s.add_argument("--site-packages", help="folder holding the patched speculators (default: found on sys.path)")
-    s.add_argument("--gpu-memory-utilization", type=float, help="vLLM memory share (default 0.8 on GPUs, 0.3 on CPU)")
+    add_command_flags(s, "extract")
 
     s = cmd("vocab", "verifier predictions + token frequencies -> draft vocabulary (d2t.npy, t2d.npy)", vocab_mod.__doc__)
     s.add_argument("--freq", required=True, type=Path, help="TOKENS.freq.json from prepare (or speculators' token_freq.pt)")
     s.add_argument("--data", type=Path, help="extract's output: rank tokens by the verifier's top-1 predictions first")
     s.add_argument("--verifier", type=Path, help="with --data (default: the model data_config.json names)")
-    s.add_argument("--target-vocab-size", type=int, help="default: the value recorded by prepare")
-    s.add_argument("--draft-vocab-size", type=int,
-                   help="default: the smallest multiple of 1024 holding 99%% of the verifier's greedy tokens "
-                        "(with --data; else of the assistant tokens)")
+    add_command_flags(s, "vocab")
     s.add_argument("--output", required=True, type=Path)
 
     s = cmd("train", "samples + vocab -> a trained EAGLE-3 draft (speculators' Trainer)", train_mod.__doc__)
@@ -106,34 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--vocab", required=True, type=Path, help="vocab's output folder")
     s.add_argument("--verifier", required=True, type=Path, help="the verifier model folder")
     s.add_argument("--output", required=True, type=Path, help="checkpoint folder (the draft is OUTPUT/0)")
-    s.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100; --epochs overrides)")
-    s.add_argument("--epochs", type=float, help="passes over the training samples (overrides --steps)")
-    s.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda when a GPU is seen")
-    s.add_argument("--lr", type=float, default=train_mod.DEFAULT_LR, help=f"peak learning rate (default {train_mod.DEFAULT_LR:g})")
-    s.add_argument("--warmup", type=float, default=train_mod.DEFAULT_WARMUP,
-                   help=f"warm-up: a share of the steps (< 1) or a number of steps (default {train_mod.DEFAULT_WARMUP:g})")
-    s.add_argument("--eval-every", type=int,
-                   help="held-out acceptance every N steps, the best weights saved (default: 5 times a run; 0 = off)")
-    s.add_argument("--max-minutes", type=float, help="fast loop: end by this time (the schedule too), best weights kept")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--num-layers", type=int, default=1, help="draft decoder layers (default 1)")
-    s.add_argument("--ttt-steps", type=int, default=3)
-    s.add_argument("--ttt-step-loss-decay", type=float, default=1.0)
-    s.add_argument("--max-len", type=int, default=2048, help="tokens per packed batch")
-    s.add_argument("--scheduler", choices=("linear", "cosine", "none"), default="linear",
-                   help="learning-rate decay after the warm-up (default linear to 0)")
-    s.add_argument("--noise-std", type=float, default=0.0)
-    s.add_argument("--compile", action="store_true", help="keep speculators' torch.compile on (always: fast loop, CUDA)")
-    s.add_argument("--loop", choices=("auto", "fast", "speculators"), default="auto",
-                   help="fast: the runner's loop around speculators' model and Trainer (worker loader, pinned "
-                        "prefetch, bf16 autocast, fused AdamW); speculators: its Trainer loop as is; "
-                        "auto (default): fast on CUDA, speculators on the CPU")
-    s.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto",
-                   help="fast loop: bf16 autocast with float32 weights (auto on CUDA) or float32 (auto on CPU)")
-    s.add_argument("--nproc", type=int, default=1, help="> 1: run under torchrun with this many processes")
-    s.add_argument("--val-fraction", type=float, default=0.1,
-                   help="samples held out for the acceptance evaluation (default 0.1, at most "
-                        f"{train_mod.MAX_VAL_SAMPLES} samples; 0 = none)")
+    add_command_flags(s, "train")
 
     s = cmd("eval", "offline acceptance per speculative position, from training's own forward", eval_mod.__doc__)
     s.add_argument("--draft", required=True, type=Path, help="train's output folder (or the draft folder OUTPUT/0)")
@@ -152,11 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--example-config", action="store_true", help="print a complete, commented example config")
     s.add_argument("--tiny", action="store_true", help="build a learnable tiny Llama and chat prompts offline and run on them")
     s.add_argument("--workdir", type=Path, default=Path("runs/tiny"), help="with --tiny (default runs/tiny)")
-    s.add_argument("--backend", choices=("vllm", "vllm-fast", "hf"), default="vllm", help="with --tiny: extract backend")
-    s.add_argument("--steps", type=int, default=150, help="with --tiny: training steps")
+    add_flag(s, key("extract", "backend"), help="with --tiny: the extract backend (default vllm)")
+    add_flag(s, key("train", "steps"), default=150, help="with --tiny: training steps (default 150)")
     s.add_argument("--arch", default="llama", help="with --tiny: the verifier (eagle3_runner.tiny.arch, e.g. qwen3)")
-    s.add_argument("--chat-template", metavar="FILE|NAME",
-                   help="overrides [prepare] chat_template: a Jinja file or llama-3 | chatml | deepseek | kimi")
+    add_flag(s, key("prepare", "chat_template"), metavar="FILE|NAME",
+             help="overrides [prepare] chat_template: a Jinja file or llama-3 | chatml | deepseek | kimi")
     s.add_argument("--force", action="store_true", help="redo every step")
     return p
 
@@ -175,16 +109,17 @@ def _setup_logging(verbose: bool, quiet: bool) -> None:
 
 
 def _cmd_prepare(a: argparse.Namespace) -> int:
+    from .common.formats import counted
     from .prepare import prepare
     from .prepare.regenerate import RegenerateOptions
     from .prepare.synthesize import synthesize_options
 
     regen = RegenerateOptions(
         temperature=a.temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=a.seed,
-        batch_size=a.batch_size, dtype=a.dtype, tensor_parallel_size=a.tensor_parallel_size,
+        batch_size=a.regenerate_batch_size, dtype=a.dtype, tensor_parallel_size=a.tensor_parallel_size,
         gpu_memory_utilization=a.gpu_memory_utilization,
     ) if a.regenerate or a.synthesize else None
-    synth = synthesize_options(vars(a), a.batch_size) if a.synthesize is not None else None
+    synth = synthesize_options(vars(a), a.regenerate_batch_size) if a.synthesize is not None else None
     r = prepare(a.model, a.data, a.output, a.seq_length, chat_template=a.chat_template, format=a.format,
                 skip_bad=a.skip_bad, regenerate=regen, synthesize=synth)
     for i in r.inputs:
@@ -207,20 +142,17 @@ def _cmd_prepare(a: argparse.Namespace) -> int:
     print(f"{r.output}: {r.rows} rows, {r.tokens} tokens, {r.masked_tokens} in the loss "
           f"({r.truncated} truncated; mask by {r.mask_method})")
     if r.skipped_report:
-        print(f"{r.skipped_report}: {r.skipped} bad rows skipped")
+        print(f"{r.skipped_report}: {counted(r.skipped, 'bad rows')} skipped")
     print(f"{r.freq}: token frequencies; {r.record}: what made them")
     return ExitCode.OK
 
 
 def _cmd_extract(a: argparse.Namespace) -> int:
+    from .config.flags import flag_values
     from .extract import ExtractOptions, extract, parse_shard
 
-    r = extract(ExtractOptions(
-        model=a.model, input=a.input, output=a.output, layers=a.layers, batch_size=a.batch_size,
-        max_model_len=a.max_model_len, tensor_parallel_size=a.tensor_parallel_size, shard=parse_shard(a.shard),
-        dtype=a.dtype, backend=a.backend, site_packages=a.site_packages,
-        gpu_memory_utilization=a.gpu_memory_utilization, sync=a.sync,
-    ))
+    r = extract(ExtractOptions(model=a.model, input=a.input, output=a.output,
+                               **{**flag_values(a, "extract"), "shard": parse_shard(a.shard)}))
     rate = f", {r.written / r.seconds:.1f} samples/s, {r.tokens / r.seconds:,.0f} tokens/s" if r.seconds else ""
     print(f"{r.output}: {r.written} written, {r.skipped} already done, {len(r.bad)} bad of {r.total} "
           f"(layer ids {r.layer_ids}{rate})")
@@ -249,7 +181,7 @@ def _cmd_eval(a: argparse.Namespace) -> int:
 
     r = evaluate(a.draft, a.data, a.verifier, a.k, a.device).to_dict()
     if a.json:
-        print(json.dumps(r))
+        print(json.dumps({"exit_code": 0, "result": "ok", **r}))
         return ExitCode.OK
     print(f"{r['draft']} on {r['samples']} samples (verifier {r['verifier']}, k={r['k']}; "
           f"{100 * r['vocab_coverage']:.1f}% of the verifier's greedy tokens are in the draft vocabulary):")
@@ -268,15 +200,11 @@ def _print_losses(checkpoint: Path, losses: list[float]) -> None:
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
+    from .config.flags import flag_values
     from .train import TrainOptions, read_losses, train
 
-    opts = TrainOptions(
-        data=a.data, vocab=a.vocab, verifier=a.verifier, output=a.output, steps=a.steps, device=a.device, lr=a.lr,
-        seed=a.seed, num_layers=a.num_layers, ttt_steps=a.ttt_steps, ttt_step_loss_decay=a.ttt_step_loss_decay,
-        max_len=a.max_len, scheduler=a.scheduler, noise_std=a.noise_std, compile=a.compile, loop=a.loop,
-        precision=a.precision, val_fraction=a.val_fraction, epochs=a.epochs, warmup=a.warmup, eval_every=a.eval_every,
-        max_minutes=a.max_minutes,
-    )
+    opts = TrainOptions(data=a.data, vocab=a.vocab, verifier=a.verifier, output=a.output,
+                        **flag_values(a, "train", leave=("nproc",)))
     if a.nproc > 1 and "LOCAL_RANK" not in os.environ:
         from .train.launch import torchrun_train
 
@@ -330,22 +258,46 @@ COMMANDS = {"prepare": _cmd_prepare, "extract": _cmd_extract, "vocab": _cmd_voca
             "eval": _cmd_eval, "serve-check": cmd_serve_check, "run": _cmd_run}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    _setup_logging(args.verbose, args.quiet)
-    import os
+# The model folder each command takes, and whether it must hold a tokenizer (``run``: its config's).
+MODEL_ARGS = {"prepare": ("model", True), "extract": ("model", True), "vocab": ("verifier", False),
+              "train": ("verifier", False), "eval": ("verifier", False), "serve-check": ("verifier", True)}
 
+
+def _report_error(command: str, exc: RunnerError, as_json: bool) -> int:
+    """One line on stderr (and the hint), or under ``--json`` one JSON object on stdout."""
+    if as_json:
+        import json
+
+        print(json.dumps({"exit_code": int(exc.code), "result": exc.code.name.lower(), "error": str(exc),
+                          **({"hint": exc.hint} if exc.hint else {})}))
+        return int(exc.code)
+    print(f"eagle3 {command}: error: {exc}", file=sys.stderr)
+    if exc.hint:
+        print(exc.hint, file=sys.stderr)
+    return int(exc.code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        args = _parser(json_errors=as_json).parse_args(argv)
+    except UsageError as exc:  # only under --json; else argparse prints and exits 2
+        return _report_error(next((w for w in argv if w in COMMANDS), ""), exc, as_json)
+    _setup_logging(args.verbose, args.quiet)
     from .train.launch import NO_MULTICAST
 
     for name, value in NO_MULTICAST.items():  # inherited by vLLM's workers and torchrun's ranks
         os.environ.setdefault(name, value)
     try:
+        folder, tokenizer = MODEL_ARGS.get(args.command, ("", False))
+        if getattr(args, folder, None) is not None:
+            from .common.model_folder import check_model_folder
+
+            check_model_folder(getattr(args, folder), tokenizer=tokenizer, what=folder)
         return int(COMMANDS[args.command](args))
     except RunnerError as exc:
-        print(f"eagle3 {args.command}: error: {exc}", file=sys.stderr)
-        if exc.hint:
-            print(exc.hint, file=sys.stderr)
-        return int(exc.code)
+        return _report_error(args.command, exc, getattr(args, "json", False))
     except KeyboardInterrupt:
         print(f"eagle3 {args.command}: interrupted (re-run to resume)", file=sys.stderr)
         return 130

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .common.errors import ExitCode, UsageError
+from .config.flags import add_command_flags
 from .evaluate import serve_check as serve_mod
 from .evaluate import speed as speed_mod
 
@@ -31,8 +32,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("-k", type=int, default=3, help="num_speculative_tokens (default 3)")
     s.add_argument("--max-tokens", type=int, help=f"per prompt (default: for token rows, the turn's length - k + 1; "
                                                   f"else {serve_mod.DEFAULT_MAX_TOKENS})")
-    s.add_argument("--dtype", choices=("auto", "bfloat16", "float32"),
-                   help="verifier dtype (default: the held-out samples' extraction dtype, else auto)")
+    add_command_flags(s, "serve-check")  # --dtype: [serve_check] dtype
     s.add_argument("--no-reference", action="store_true", help="skip the run without the draft (output equality)")
     s.add_argument("--prefix-caching", choices=("auto", "on", "off"), default="auto", help="vLLM's prefix caching "
                    "(auto: vLLM's default; off for a hybrid verifier on a vLLM without Triton: docs/eagle3.md)")
@@ -90,8 +90,11 @@ def cmd_serve_check(a: argparse.Namespace) -> int:
     if a.speed:
         r["speed"] = serve_mod.draft_speed(a.draft, a.verifier, a.prompts, a.k, a.speed_max_tokens, a.dtype,
                                            a.batch_sizes, a.repeats, a.speed_prompts)
+    code = ExitCode.MISMATCH if r.get("outputs_equal_reference") is False else ExitCode.OK
     if a.json:
-        print(json.dumps(r))
+        differ = {"error": f"vLLM's output with the draft differs from the verifier's without it (prompts "
+                           f"{r['outputs_differing'][:20]})"} if code else {}
+        print(json.dumps({"exit_code": int(code), "result": code.name.lower(), **differ, **r}))
     else:
         print(f"vLLM served {r['prompts']} prompts ({r['generated_tokens']} tokens) with the draft, k={a.k}: "
               f"acceptance rate {100 * r['acceptance_rate']:.1f}%")
@@ -101,6 +104,4 @@ def cmd_serve_check(a: argparse.Namespace) -> int:
                   f"OUTPUTS DIFFER from the verifier's without the draft: prompts {r['outputs_differing'][:20]}")
         if "speed" in r:
             print(speed_table(r["speed"]))
-    if r.get("outputs_equal_reference") is False:
-        return ExitCode.MISMATCH
-    return ExitCode.OK
+    return code

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .common.errors import BadInput, UsageError
+from .common.errors import UsageError
+from .common.model_folder import check_model_folder
+from .config import PipelineConfig, example_config, load_config  # noqa: F401 - the run's API
 from .evaluate import EVAL_FILE
 from .extract import ExtractOptions, ExtractResult, extract, parse_shard
-from .common.formats import TRAIN_CONFIG, freq_path_for
+from .common.formats import TRAIN_CONFIG, counted, freq_path_for
 from .prepare import PrepareResult, prepare, prepare_is_complete
 from .prepare import request as prepare_request
 from .prepare.regenerate import RegenerateOptions
@@ -34,35 +36,6 @@ SERVE_CHECK_FILE = "serve_check.json"
 
 
 @dataclass
-class PipelineConfig:
-    workdir: Path
-    model: Path
-    data: Path | list[Path]
-    seq_length: int = 2048
-    extract: dict[str, Any] = field(default_factory=dict)
-    vocab: dict[str, Any] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
-    serve_check: dict[str, Any] = field(default_factory=dict)
-    prepare: dict[str, Any] = field(default_factory=dict)  # [prepare] beyond data and seq_length
-
-    @property
-    def tokens(self) -> Path:
-        return self.workdir / "tokens.jsonl"
-
-    @property
-    def hidden_states(self) -> Path:
-        return self.workdir / "hidden_states"
-
-    @property
-    def vocab_dir(self) -> Path:
-        return self.workdir / "vocab"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.workdir / "checkpoint"
-
-
-@dataclass
 class PipelineResult:
     skipped: list[str] = field(default_factory=list)
     prepare: PrepareResult | None = None
@@ -72,90 +45,6 @@ class PipelineResult:
     losses: list[float] = field(default_factory=list)
     offline: dict[str, Any] | None = None  # eval.json: the acceptance predicted from training's forward
     served: dict[str, Any] | None = None  # serve_check.json: the acceptance vLLM reported
-
-
-def _toml_load(path: Path) -> dict[str, Any]:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        with Path(path).open("rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{path}: not valid TOML: {exc}") from None
-
-
-_KNOWN = {
-    "": {"workdir", "model", "prepare", "extract", "vocab", "train", "serve_check"},
-    "prepare": {"data", "seq_length", "chat_template", "format", "skip_bad", "regenerate", "temperature", "top_p",
-                "max_new_tokens", "seed", "regenerate_batch_size", "synthesize", "synthesize_max_tokens",
-                "synthesize_temperature", "synthesize_top_p", "synthesize_starts", "synthesize_starts_share"},
-    "extract": {"backend", "layers", "batch_size", "max_model_len", "dtype", "tensor_parallel_size", "shard",
-                "site_packages", "gpu_memory_utilization", "sync"},
-    "vocab": {"draft_vocab_size", "target_vocab_size", "from_verifier"},
-    "train": {"steps", "epochs", "device", "lr", "warmup", "eval_every", "max_minutes", "loop", "precision", "seed", "num_layers",
-              "max_len", "nproc", "ttt_steps", "scheduler", "noise_std", "val_fraction"},
-    "serve_check": {"enabled", "tolerance", "dtype"},
-}
-
-
-def load_config(path: Path) -> PipelineConfig:
-    raw = _toml_load(path)
-    base = Path(path).absolute().parent
-    for section, keys in _KNOWN.items():
-        table = raw if not section else raw.get(section, {})
-        if not isinstance(table, dict):
-            raise BadInput(f"{path}: [{section}] must be a table")
-        unknown = set(table) - keys
-        if unknown:
-            raise BadInput(f"{path}: unknown key(s) {sorted(unknown)} in [{section or 'top level'}]")
-    for key in ("workdir", "model"):
-        if key not in raw:
-            raise BadInput(f"{path}: '{key}' is required")
-    prep = raw.get("prepare", {})
-    if "data" not in prep and "synthesize" not in prep:
-        raise BadInput(f"{path}: [prepare] needs data, synthesize, or both")
-    data = prep.get("data", [])
-    if not (isinstance(data, str) or (isinstance(data, list) and all(isinstance(d, str) for d in data))):
-        raise BadInput(f"{path}: [prepare] data must be a path or a list of paths")
-    return PipelineConfig(
-        workdir=base / raw["workdir"],
-        model=base / raw["model"],
-        data=base / data if isinstance(data, str) else [base / d for d in data],
-        seq_length=int(prep.get("seq_length", 2048)),
-        prepare=_prepare_keys(prep, base),
-        extract=dict(raw.get("extract", {})),
-        vocab=dict(raw.get("vocab", {})),
-        train=dict(raw.get("train", {})),
-        serve_check=dict(raw.get("serve_check", {})),
-    )
-
-
-_PREPARE_TYPES: dict[str, tuple[type, ...]] = {
-    "chat_template": (str,), "format": (str,), "skip_bad": (bool,), "regenerate": (bool,),
-    "temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,), "seed": (int,),
-    "regenerate_batch_size": (int,), "synthesize": (int,), "synthesize_max_tokens": (int,),
-    "synthesize_temperature": (int, float), "synthesize_top_p": (int, float), "synthesize_starts": (str,),
-    "synthesize_starts_share": (int, float),
-}
-
-
-def _prepare_keys(prep: dict[str, Any], base: Path) -> dict[str, Any]:
-    out = {k: v for k, v in prep.items() if k in _PREPARE_TYPES}
-    for key, value in out.items():
-        types = _PREPARE_TYPES[key]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-            raise UsageError(f"[prepare] {key} = {value!r}: expected {' or '.join(t.__name__ for t in types)}")
-    template = out.get("chat_template")
-    if template and (base / template).is_file():  # a file relative to the config; else a built-in name
-        out["chat_template"] = str(base / template)
-    starts = out.get("synthesize_starts")
-    if starts and (base / starts).is_file():  # likewise
-        out["synthesize_starts"] = str(base / starts)
-    return out
 
 
 def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None:
@@ -179,12 +68,13 @@ def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None
         logger.info("prepare: %s is complete for this config, skipped", cfg.tokens)
         return
     r = res.prepare = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length, **kw)
-    logger.info("prepare: %d rows, %d tokens (%d in the loss, %d bad rows skipped)", r.rows, r.tokens,
-                r.masked_tokens, r.skipped)
+    logger.info("prepare: %d rows, %d tokens (%d in the loss, %s skipped)", r.rows, r.tokens,
+                r.masked_tokens, counted(r.skipped, "bad rows"))
 
 
 def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
     res = PipelineResult()
+    check_model_folder(cfg.model)
     cfg.workdir.mkdir(parents=True, exist_ok=True)
     _prepare_step(cfg, force, res)
 
@@ -238,18 +128,9 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
 
 def train_options(cfg: PipelineConfig) -> TrainOptions:
     """``[train]`` as :class:`TrainOptions` (the runner's defaults for every key not given)."""
-    tr, d = cfg.train, TrainOptions(data=cfg.hidden_states, vocab=cfg.vocab_dir, verifier=cfg.model,
-                                    output=cfg.checkpoint)
-    return replace(
-        d, steps=int(tr.get("steps", d.steps)), epochs=float(tr["epochs"]) if "epochs" in tr else None,
-        device=str(tr.get("device", d.device)), lr=float(tr.get("lr", d.lr)), warmup=float(tr.get("warmup", d.warmup)),
-        eval_every=int(tr["eval_every"]) if "eval_every" in tr else None, loop=str(tr.get("loop", d.loop)),
-        max_minutes=float(tr["max_minutes"]) if "max_minutes" in tr else None,
-        precision=str(tr.get("precision", d.precision)), seed=int(tr.get("seed", d.seed)),
-        num_layers=int(tr.get("num_layers", d.num_layers)), max_len=int(tr.get("max_len", d.max_len)),
-        ttt_steps=int(tr.get("ttt_steps", d.ttt_steps)), scheduler=str(tr.get("scheduler", d.scheduler)),
-        noise_std=float(tr.get("noise_std", d.noise_std)), val_fraction=float(tr.get("val_fraction", d.val_fraction)),
-    )
+    given = {k: v for k, v in cfg.train.items() if k != "nproc"}  # checked and typed by the schema
+    return TrainOptions(data=cfg.hidden_states, vocab=cfg.vocab_dir, verifier=cfg.model, output=cfg.checkpoint,
+                        **given)
 
 
 def trained_steps_wanted(output: Path, opts: TrainOptions) -> int | None:
@@ -338,10 +219,3 @@ def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 150, rows: in
         train={"steps": steps, "device": "cpu", "lr": 3e-3, "max_len": 1024, "seed": 0},
         serve_check={"tolerance": 0.05},
     )
-
-
-def example_config() -> str:
-    """A complete, commented CONFIG.toml (``eagle3 run --example-config``)."""
-    from importlib import resources
-
-    return resources.files("eagle3_runner").joinpath("templates", "example.toml").read_text(encoding="utf-8")

@@ -3,8 +3,9 @@
 markers and is rendered from its source of truth, never edited by hand.
 
 - ``catalog`` (docs/catalog.md): from the catalog itself (``patches/``);
-- ``config`` (docs/eagle3-config.md): the commented example config ``eagle3 run --example-config``
-  prints (``eagle3_runner/templates/example.toml``);
+- ``config`` (docs/eagle3-config.md): every key from the config's schema (``eagle3_runner/config/keys.py``),
+  then the commented example config ``eagle3 run --example-config`` prints
+  (``eagle3_runner/templates/example.toml``);
 - ``static`` (docs/matrix.md): from the static sweep's own output,
   ``docs/matrix/static-findings.json`` (``scripts/static_matrix.py --out docs/matrix``);
 - ``architectures`` (docs/architectures.md): the architecture sweep's records,
@@ -43,8 +44,11 @@ def catalog() -> str:
 
 
 def config() -> str:
+    sys.path.insert(0, str(ROOT))
+    from eagle3_runner.config.reference import reference  # noqa: PLC0415
+
     text = (ROOT / "eagle3_runner" / "templates" / "example.toml").read_text(encoding="utf-8")
-    return "```toml\n" + text.rstrip("\n") + "\n```"
+    return reference() + "\n\nThe example (`eagle3 run --example-config`):\n\n```toml\n" + text.rstrip("\n") + "\n```"
 
 
 def _load(name: str) -> dict | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EnvironmentProblem
+from .model_folder import check_model_folder
 
 
 def versions() -> dict[str, str | None]:
@@ -22,6 +23,7 @@ def versions() -> dict[str, str | None]:
 
 
 def load_model_config(model: Path) -> Any:
+    check_model_folder(model, tokenizer=False)
     try:
         from transformers import AutoConfig
 

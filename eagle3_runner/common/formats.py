@@ -123,10 +123,15 @@ def read_token_rows(path: Path, vocab_size: int | None = None) -> list[TokenRow]
     return [TokenRow(lineno - 1, obj["input_ids"], obj["loss_mask"]) for lineno, obj in rows]
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun`` (a plural ending in s) agreeing: "1 bad row", "2 bad rows"."""
+    return f"{n} {noun[:-1] if n == 1 and noun.endswith('s') else noun}"
+
+
 def _summarize(problems: Sequence[str], what: str, limit: int = 20) -> str:
     shown = "\n  ".join(problems[:limit])
     more = f"\n  ... and {len(problems) - limit} more" if len(problems) > limit else ""
-    return f"{len(problems)} {what}:\n  {shown}{more}"
+    return f"{counted(len(problems), what)}:\n  {shown}{more}"
 
 
 # --- samples -------------------------------------------------------------------------------

@@ -24,9 +24,9 @@ def loss_plot(losses: Sequence[float], height: int = 8, width: int = 60) -> str:
         line = "".join("*" if abs(v - level) <= span / (2 * max(height - 1, 1)) else " " for v in values)
         rows.append(f"{level:10.4g} |{line}")
     rows.append(" " * 11 + "+" + "-" * cols)
-    rows.append(" " * 12 + f"step 0 .. {n - 1}")
+    rows.append(" " * 12 + f"step 1 .. {n}")  # as the training log counts them
     return "\n".join(rows)
 
 
 def loss_table(losses: Sequence[float]) -> str:
-    return "\n".join(f"  step {i:4d}  loss {v:.6f}" for i, v in enumerate(losses))
+    return "\n".join(f"  step {i:4d}  loss {v:.6f}" for i, v in enumerate(losses, start=1))

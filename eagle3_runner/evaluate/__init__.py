@@ -32,6 +32,7 @@ from typing import Any
 from .acceptance import Acceptance, EvalReport, leading_matches, score_sample  # noqa: F401 - re-exported
 from ..common.errors import BadInput, UsageError
 from ..common.formats import TRAIN_CONFIG, iter_sample_files
+from ..common.model_folder import check_model_folder
 from ..common.verifier_head import load_tensors, verifier_greedy, verifier_head  # noqa: F401 - re-exported
 
 logger = logging.getLogger(__name__)
@@ -172,7 +173,8 @@ def evaluate(draft: Path, data: Path | None = None, verifier: Path | None = None
     model = load_draft(ckpt, verifier=verifier)
     config = model.config
     k = k or int(config.speculators_config.proposal_methods[0].speculative_tokens)
-    verifier = Path(verifier or config.speculators_config.verifier.name_or_path)
+    verifier = check_model_folder(verifier or config.speculators_config.verifier.name_or_path, tokenizer=False,
+                                  what="verifier")
     config.transformer_layer_config._attn_implementation = attention_for(device)
     report = Scorer(files, verifier, device, k).score(model.to(device), str(ckpt))
     logger.info("offline acceptance per position %s, mean acceptance length %.2f (all starts %s)",

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.errors import BadInput, EnvironmentProblem, UsageError
+from ..common.model_folder import check_model_folder
 
 Prompt = str | Sequence[int]
 DEFAULT_MAX_TOKENS = 64
@@ -256,6 +257,7 @@ def _draft_inputs(draft: Path, verifier: Path | None, prompts: Path | None,
     if verifier is None:
         cfg = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
         verifier = Path(cfg["speculators_config"]["verifier"]["name_or_path"])
+    check_model_folder(verifier, what="verifier")  # the one the checkpoint names, too (it may have moved)
     if prompts is None:
         files = heldout_files(train_out)
         ps, lengths = prompts_from_samples(files, k)

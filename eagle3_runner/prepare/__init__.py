@@ -36,7 +36,7 @@ from .chat_tokens import RowTokenizer, mask_by_prefix_diff, mask_with_generation
 from .engine import LazyEngine, capped_model_len
 from ..common.errors import BadInput, UsageError
 from ..common.environment import load_model_config, versions
-from ..common.formats import freq_path_for, tokens_sibling, write_freq
+from ..common.formats import counted, freq_path_for, tokens_sibling, write_freq
 from .readers import BadRow, InputInfo, ReadResult, SourceRow, bad_rows_error, read_rows
 from .regenerate import RegenerateOptions, RegenerateResult, engine_options, regenerate as regenerate_rows
 from .synthesize import SynthesizeOptions, SynthesizeResult, synthesize as synthesize_turns
@@ -174,7 +174,7 @@ def prepare(model: Path, data: Path | Sequence[Path] | None, output: Path, seq_l
     if n_unmasked:
         logger.warning("%d rows have no token in the loss (after truncation); they add no loss", n_unmasked)
     if bad:
-        logger.warning("%d bad rows skipped, listed in %s", len(bad), report)
+        logger.warning("%s skipped, listed in %s", counted(len(bad), "bad rows"), report)
     counts = {"rows": n_rows, "tokens": n_tokens, "masked_tokens": n_masked, "truncated": n_truncated,
               "skipped": len(bad), "no_loss_rows": n_unmasked}
     record = tokens_sibling(output, RECORD)

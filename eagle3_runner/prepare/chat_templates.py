@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.errors import BadInput, EnvironmentProblem, UsageError
+from ..common.model_folder import check_model_folder
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def load_tokenizer(model: Path, chat_template: str | None = None) -> tuple[Any, 
 
     ``TemplateInfo`` is ``None`` when no template was asked for and the tokenizer has none (plain
     text rows still work; chat rows are refused by the caller)."""
+    check_model_folder(model)
     try:
         from transformers import AutoTokenizer
 

@@ -28,6 +28,7 @@ from typing import Any
 from ..common.atomic import write_json, write_with
 from ..common.errors import BadInput, UsageError
 from ..common.formats import read_freq
+from ..common.model_folder import check_model_folder
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def verifier_top1_counts(data: Path, verifier: Path | None = None, device: str =
         cfg = json.loads((Path(data) / DATA_CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise BadInput(f"{data} has no readable {DATA_CONFIG} (run eagle3 extract first): {exc}") from None
-    verifier = Path(verifier or cfg["model"])
+    verifier = check_model_folder(verifier or cfg["model"], tokenizer=False, what="verifier")
     from transformers import AutoConfig
 
     vc = AutoConfig.from_pretrained(str(verifier))

@@ -1,18 +1,20 @@
 """Every command the README shows runs in a test, so the README cannot rot.
 
 The ``bash`` blocks are read from README.md itself: each ``vllm-compat`` block runs here, command
-by command as written (with ``--site-packages`` pointing at a site built from the real
-speculators 0.3.0 and vLLM 0.32.0 wheels); ``eagle3 run --example-config`` runs here; the rest
-names the test that runs it, and that test must run it. The step table's commands are parsed
-by ``eagle3``'s own parser, so a renamed option fails here.
+by command as written, in bash after the README's own activation line (``source
+.venv/bin/activate``) with no other ``vllm-compat`` or ``eagle3`` on the PATH (and
+``--site-packages`` pointing at a site built from the real speculators 0.3.0 and vLLM 0.32.0
+wheels); ``eagle3 run --example-config`` runs here the same way; the rest names the test that
+runs it, and that test must run it. The step table's commands are parsed by ``eagle3``'s own
+parser, so a renamed option fails here.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,38 @@ def bash_blocks() -> list[list[list[str]]]:
     return blocks
 
 
+def activation() -> str:
+    """The README's one line that puts the commands on the PATH."""
+    found = [c for b in bash_blocks() for c in b if c[0] == "source"]
+    assert len(found) == 1, f"one README line activates .venv, found {found}"
+    return shlex.join(found[0])
+
+
+def path_without_the_tools() -> str:
+    """PATH less every folder holding a ``vllm-compat`` or ``eagle3``: only the activation adds them."""
+    return os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                           if d and not any((Path(d) / t).exists() for t in ("vllm-compat", "eagle3")))
+
+
+def as_written(argv: list[str], site: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """A README command run in bash as a user runs it: activation first, then the words as shown
+    (``--site-packages SITE`` after the subcommand when a test site is given)."""
+    words = [*argv[:2], "--site-packages", str(site), *argv[2:]] if site is not None else list(argv)
+    line = (f"cd {shlex.quote(str(REPO))} && {activation()} && cd {shlex.quote(str(cwd or REPO))} && "
+            f"{shlex.join(words)}")
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300,
+                          env=kit.env(PATH=path_without_the_tools()))
+
+
+def test_the_commands_are_reachable_only_through_the_activation():
+    bare = subprocess.run(["bash", "-c", "command -v vllm-compat || command -v eagle3"], capture_output=True,
+                          text=True, env=kit.env(PATH=path_without_the_tools()))
+    assert bare.returncode != 0, bare.stdout  # without it: "command not found", as the issue met it
+    for tool in ("vllm-compat", "eagle3"):
+        p = as_written([tool, "--help"])
+        assert p.returncode == 0 and "usage:" in p.stdout, show(p)
+
+
 def block_with(word: str) -> list[list[str]]:
     found = [b for b in bash_blocks() if any(c[:2] == ["vllm-compat", word] for c in b)]
     assert len(found) == 1, f"one README block runs `vllm-compat {word}`"
@@ -52,7 +86,7 @@ def run_block(block: list[list[str]], site: Path, cwd: Path | None = None) -> li
     out = []
     for argv in block:
         assert argv[0] == "vllm-compat", argv
-        out.append(cli(site, *argv[1:], cwd=cwd))
+        out.append(as_written(argv, site, cwd))
     return out
 
 
@@ -62,7 +96,9 @@ def test_every_command_shown_is_run_by_a_test():
     for block in bash_blocks():
         for argv in block:
             line = " ".join(argv)
-            if line in ELSEWHERE:
+            if argv[0] == "source":  # the activation: every command here runs after it
+                assert line == activation()
+            elif line in ELSEWHERE:
                 path, proof = ELSEWHERE[line]
                 assert proof in (REPO / path).read_text(), f"{path} does not run `{line}`"
             elif line == "scripts/demo":  # its commands: each shown in the README and run here
@@ -117,9 +153,8 @@ def test_strip_debug_as_written(full_site):
 
 def test_example_config_as_written(tmp_path):
     argv = next(c for b in bash_blocks() for c in b if c[:3] == ["eagle3", "run", "--example-config"])
-    p = subprocess.run([sys.executable, "-m", "eagle3_runner", *argv[1:]], capture_output=True, text=True,
-                       cwd=REPO, timeout=120)
-    assert p.returncode == 0, p.stderr
+    p = as_written(argv)
+    assert p.returncode == 0, show(p)
     import tomllib
 
     assert {"prepare", "extract", "train"} <= set(tomllib.loads(p.stdout))
@@ -131,7 +166,7 @@ def _concrete(cmd: str) -> list[str]:
     argv = []
     for word in shlex.split(cmd):
         word = word.split("|")[0]
-        argv.append({"N": "8"}.get(word, word))
+        argv.append({"N": "8", "a,b,c,d": "2,4,6,8"}.get(word, word))
     return argv
 
 

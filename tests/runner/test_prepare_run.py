@@ -42,10 +42,10 @@ def test_prepare_keys_load_and_are_checked(tmp_path):
     named = load_config(_config(tmp_path, 'workdir = "w"\nmodel = "m"\n[prepare]\ndata = "a"\nchat_template = "chatml"\n'
                                           '[vocab]\ndraft_vocab_size = 8\n'))
     assert named.prepare == {"chat_template": "chatml"} and named.data == tmp_path / "a"
-    with pytest.raises(UsageError, match=r"\[prepare\] regenerate = 'yes': expected bool"):
+    with pytest.raises(UsageError, match=r'^\[prepare\] regenerate = "yes": expected true or false$'):
         load_config(_config(tmp_path, 'workdir = "w"\nmodel = "m"\n[prepare]\ndata = "a"\nregenerate = "yes"\n'
                                       '[vocab]\ndraft_vocab_size = 8\n'))
-    with pytest.raises(UsageError, match=r"max_new_tokens = True: expected int"):
+    with pytest.raises(UsageError, match=r"^\[prepare\] max_new_tokens = true: expected an integer >= 1$"):
         load_config(_config(tmp_path, 'workdir = "w"\nmodel = "m"\n[prepare]\ndata = "a"\nmax_new_tokens = true\n'
                                       '[vocab]\ndraft_vocab_size = 8\n'))
 
