@@ -21,7 +21,7 @@ first stopped; one that would not fit the time left is not started):
   (its own split of the synthesized data, ``CKPT/evals.jsonl``) becomes ``WORK/ckpt``);
 * ``eval``: ``eagle3 eval`` on the held-out samples (offline prediction);
 * ``serve``: ``eagle3 serve-check`` on the held-out prompts (vLLM's counters, outputs compared);
-* ``speed``: ``benchmarks/gpu_serve_speed.py``, tokens/s with and without the draft at batch 1 and 8;
+* ``speed``: ``eagle3 serve-check --speed``, tokens/s with and without the draft at batch 1 and 8;
 * ``serve32``: ``serve-check`` again in float32 (greedy outputs comparable token for token).
 
 ``$OUT/draft.json``: per stage its wall time, exit code and what it reported; every child's
@@ -91,10 +91,10 @@ def commands(stage: str, w: Path, a: argparse.Namespace) -> list[list[str]]:
     if stage in ("serve", "serve32"):  # serve32: in float32, where greedy outputs can be compared token for token
         return [eagle3("serve-check", "--draft", str(w / "ckpt"), "--prompts", str(w / "he_tokens.jsonl"), "--dtype",
                        "float32" if stage == "serve32" else dtype, "--json")]
-    if stage == "speed":
-        return [[sys.executable, "benchmarks/gpu_serve_speed.py", "--verifier", v, "--draft", str(w / "ckpt" / "0"),
-                 "--prompts", str(w / "he_tokens.jsonl"), "--out", str(w / "speed.json"), "--dtype", dtype,
-                 "--n-prompts", str(a.speed_prompts), "--max-tokens", str(a.speed_tokens), *(["--eager"] if DRY else [])]]
+    if stage == "speed":  # the user's command: natural stops, B requests in flight, median of 2
+        return [eagle3("serve-check", "--draft", str(w / "ckpt"), "--prompts", str(w / "he_tokens.jsonl"), "--dtype",
+                       dtype, "--no-reference", "--speed", "--speed-prompts", str(a.speed_prompts),
+                       "--speed-max-tokens", str(a.speed_tokens), "--json")]
     raise ValueError(stage)
 
 
@@ -130,10 +130,8 @@ def report(stage: str, w: Path, outs: list[str], a: argparse.Namespace) -> dict:
         (w / "ckpt").unlink(missing_ok=True)
         (w / "ckpt").symlink_to(f"ckpt-{best}")
         return {"chosen": best, "runs": runs}
-    if stage in ("eval", "serve", "serve32"):
+    if stage in ("eval", "serve", "serve32", "speed"):
         return _json_lines(outs[-1]) or {}
-    if stage == "speed":
-        return _read(w / "speed.json") or {}
     return {}
 
 
@@ -189,7 +187,7 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=4096, help="prepare: rows per engine batch")
     ap.add_argument("--heldout-limit", type=int)
     ap.add_argument("--train-args", default="", help="extra eagle3 train arguments, e.g. '--epochs 2 --max-len 8192'")
-    ap.add_argument("--speed-prompts", type=int, default=16)
+    ap.add_argument("--speed-prompts", type=int, default=32)
     ap.add_argument("--speed-tokens", type=int, default=256)
     ap.add_argument("--smollm2-wheel")
     ap.add_argument("--humaneval-wheel")

@@ -247,6 +247,8 @@ def _cmd_run(a: argparse.Namespace) -> int:
         print(f"acceptance on the {r.offline['samples']} held-out samples, k={r.offline['k']} "
               f"(offline: eagle3 eval; served: vLLM's spec-decode counters, eagle3 serve-check):")
         print(acceptance_table(columns))
+    if r.served and r.served.get("speed"):
+        print(speed_table(r.served["speed"]))
     problem = acceptance_problem(cfg, r)
     if problem:
         print(f"eagle3 run: error: {problem}", file=sys.stderr)

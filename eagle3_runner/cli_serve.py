@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .common.errors import ExitCode, UsageError
+from .common.errors import ExitCode
 from .config.flags import add_command_flags
 from .evaluate import serve_check as serve_mod
 from .evaluate import speed as speed_mod
@@ -23,6 +23,17 @@ def batch_sizes(text: str) -> list[int]:
     if not sizes or sizes[0] < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers separated by commas (e.g. 1,8), got {text!r}")
     return sizes
+
+
+def repeats(text: str) -> int:
+    """``--repeats``: at least 2 (the median of the runs is reported)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2 (the median of the runs is reported), got {text!r}")
+    return n
 
 
 def add_arguments(s: argparse.ArgumentParser) -> None:
@@ -40,7 +51,7 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
                    "the speed-up; CUDA graphs on a GPU, a CPU figure on the CPU)")
     s.add_argument("--batch-sizes", type=batch_sizes, default=list(speed_mod.DEFAULT_BATCHES),
                    help="--speed: requests in flight, comma-separated (default 1,8)")
-    s.add_argument("--repeats", type=int, default=speed_mod.DEFAULT_REPEATS,
+    s.add_argument("--repeats", type=repeats, default=speed_mod.DEFAULT_REPEATS,
                    help=f"--speed: timed runs per batch size, the median reported (default {speed_mod.DEFAULT_REPEATS})")
     s.add_argument("--speed-prompts", type=int, default=speed_mod.DEFAULT_PROMPTS,
                    help=f"--speed: how many of the prompts to time (default {speed_mod.DEFAULT_PROMPTS})")
@@ -78,12 +89,12 @@ def speed_table(speed: dict[str, Any]) -> str:
                      f"  {num(r['speedup'], '.2f'):>7}x  {num(r['mean_acceptance_length'], '.2f'):>10}"
                      f"  {num(r['ms_per_step_verifier'], '.2f'):>16}  {num(r['ms_per_step_with_draft'], '.2f'):>18}")
     lines.append(speed["verdict"])
+    if speed.get("note"):
+        lines.append(speed["note"])
     return "\n".join(lines)
 
 
 def cmd_serve_check(a: argparse.Namespace) -> int:
-    if a.speed and a.repeats < 2:
-        raise UsageError("--repeats must be at least 2 (the median of the runs is reported)")
     r = serve_mod.check_draft(a.draft, a.verifier, a.prompts, a.k, a.max_tokens, a.dtype, reference=not a.no_reference,
                               prefix_caching={"auto": None, "on": True, "off": False}[a.prefix_caching])
     r.pop("outputs", None)

@@ -186,7 +186,23 @@ def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -
         done.pop("outputs", None)
         done["checkpoint_mtime"] = trained
         write_json(out, done)
+    if "speed" not in done and _wants_speed(cfg):
+        from .evaluate.serve_check import draft_speed
+
+        done["speed"] = draft_speed(cfg.checkpoint, k=k, dtype=cfg.serve_check.get("dtype"))
+        write_json(out, done)
     return done
+
+
+def _wants_speed(cfg: PipelineConfig) -> bool:
+    """``[serve_check] speed``: on, off, or (auto) where a GPU serves: a CPU's speed says nothing
+    of a GPU's, and timing costs two more engines."""
+    speed = cfg.serve_check.get("speed", "auto")
+    if speed == "auto":
+        from .common.environment import has_gpu
+
+        return has_gpu()
+    return speed == "on"
 
 
 def tiny_config(workdir: Path, backend: str = "vllm", steps: int = 150, rows: int = 320,

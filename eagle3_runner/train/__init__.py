@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.draft_model import _import_speculators, draft_config, draft_layer_config, load_draft  # noqa: F401 - re-exported
-from ..common.draft_model import zero_centred_verifier_norm
+from ..common.draft_model import drop_shared_embedding, zero_centred_verifier_norm
 from ..common.errors import BadInput, EnvironmentProblem, UsageError
 from ..common.formats import DATA_CONFIG, LOSS_LOG, TRAIN_CONFIG, iter_sample_files
 from .vocab import load_vocab
@@ -286,6 +286,11 @@ def train(opts: TrainOptions) -> TrainResult:
     checkpoint = Path(opts.output) / "0"
     if rank == 0:
         from ..common.atomic import write_json
+
+        saved = drop_shared_embedding(checkpoint, Path(opts.verifier))
+        if saved:
+            logger.info("checkpoint: the embedding is the verifier's own, not saved again (%.1f MiB less; vLLM and "
+                        "speculators read the verifier's)", saved / 2**20)
 
         write_json(Path(opts.output) / TRAIN_CONFIG, {
             "checkpoint": str(checkpoint.absolute()), "verifier": str(Path(opts.verifier).absolute()),

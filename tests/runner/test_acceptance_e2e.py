@@ -134,11 +134,26 @@ def test_each_fixed_mismatch_put_back_would_be_caught(tiny_run, tmp_path, train_
 
 
 def test_serve_check_command_gives_what_run_recorded(tiny_run, train_site, run_cli):
-    """``eagle3 serve-check --draft CKPT`` as the README shows it: the same counters as ``run``'s."""
+    """``eagle3 serve-check --draft CKPT --speed`` as the README shows it: the same counters as
+    ``run``'s, and the served speed with and without the draft (a CPU figure, labelled so)."""
     work, _, served, _ = tiny_run
-    proc = run_cli("serve-check", "--draft", str(work / "checkpoint"), "--json", env={"PYTHONPATH": str(train_site)},
+    proc = run_cli("serve-check", "--draft", str(work / "checkpoint"), "--json", "--speed", "--batch-sizes", "1,2",
+                   "--speed-prompts", "6", "--speed-max-tokens", "24", env={"PYTHONPATH": str(train_site)},
                    timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     again = json.loads(proc.stdout)
     assert again["drafts"] == served["drafts"] and again["outputs_equal_reference"] is True
     assert _gap(again["acceptance_per_position"], served["acceptance_per_position"]) == 0
+    speed = again["speed"]
+    print(json.dumps({b: {k: v for k, v in r.items() if k != "runs"} for b, r in speed["batches"].items()}))
+    assert speed["cpu_figure"] is True and "CPU" in speed["device"] and "a CPU figure" in speed["verdict"]
+    assert set(speed["batches"]) == {"1", "2"}
+    for b, r in speed["batches"].items():
+        assert r["repeats"] == 2 and len(r["runs"]["with_draft"]) == 2
+        assert r["outputs_equal"] is True  # the speed runs are greedy and lossless too
+        assert r["speedup"] == pytest.approx(r["tokens_per_s_with_draft"] / r["tokens_per_s_verifier"])
+        assert r["ms_per_step_verifier"] > 0 and r["ms_per_step_with_draft"] > 0
+        # the draft is used: several tokens per verifier step, as many as vLLM's counters say
+        assert r["mean_acceptance_length"] >= 2.0
+    one = speed["batches"]["1"]  # one request in flight: tokens per engine step = acceptance length
+    assert one["tokens_per_step_with_draft"] == pytest.approx(one["mean_acceptance_length"], rel=0.25)

@@ -74,6 +74,7 @@ def test_pipeline_tiny_llama_loss_decreases_and_checkpoint_loads(tmp_path, tiny_
 
     with safe_open(str(work / "checkpoint" / "0" / "model.safetensors"), "pt") as f:
         assert {"d2t", "t2d", "fc.weight", "lm_head.weight"} <= set(f.keys())
+        assert "embed_tokens.weight" not in f.keys()  # the verifier's own: read from the verifier
     cfg = json.loads((work / "checkpoint" / "0" / "config.json").read_text())
     assert cfg["speculators_model_type"] == "eagle3" and cfg["draft_vocab_size"] == 256
 
