@@ -31,7 +31,6 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 

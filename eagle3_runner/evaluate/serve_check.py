@@ -23,19 +23,16 @@ mode, whose spec-decode state pre-copy is a Triton kernel.  ``--prefix-caching o
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..common.errors import BadInput, EnvironmentProblem, UsageError
+from ..common.errors import BadInput, UsageError
 from ..common.model_folder import check_model_folder
+from .engine_child import child_main, run_in_child
 
 Prompt = str | Sequence[int]
 DEFAULT_MAX_TOKENS = 64
@@ -177,15 +174,7 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
 
 
 def _in_child(req: ServeRequest, timeout: float, env: dict[str, str] | None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="serve_check-") as tmp:
-        req_file, res_file = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        req_file.write_text(json.dumps(req.__dict__))
-        proc = subprocess.run([sys.executable, "-m", "eagle3_runner.evaluate.serve_check", "--request", str(req_file),
-                               "--result", str(res_file)], capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})})
-        if proc.returncode or not res_file.is_file():
-            raise EnvironmentProblem(f"vLLM serving failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}")
-        return json.loads(res_file.read_text())
+    return run_in_child(("-m", "eagle3_runner.evaluate.serve_check"), req.__dict__, timeout, env)
 
 
 def summarize(served: dict[str, Any], k: int) -> dict[str, Any]:
@@ -293,13 +282,7 @@ def draft_speed(draft: Path, verifier: Path | None = None, prompts: Path | None 
 
 def main(argv: list[str] | None = None) -> int:
     """The child process: ``--request FILE --result FILE`` (one engine)."""
-    p = argparse.ArgumentParser(prog="python -m eagle3_runner.evaluate.serve_check")
-    p.add_argument("--request", type=Path, required=True)
-    p.add_argument("--result", type=Path, required=True)
-    a = p.parse_args(argv)
-    req = ServeRequest(**json.loads(a.request.read_text()))
-    a.result.write_text(json.dumps(_serve(req)))
-    return 0
+    return child_main("python -m eagle3_runner.evaluate.serve_check", lambda r: _serve(ServeRequest(**r)), argv)
 
 
 if __name__ == "__main__":

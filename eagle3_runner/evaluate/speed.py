@@ -20,13 +20,9 @@ The result holds ``batches.<B>`` with ``tokens_per_s_verifier``, ``tokens_per_s_
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -34,7 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..common.errors import EnvironmentProblem, UsageError
+from ..common.errors import UsageError
+from .engine_child import child_main, run_in_child
 
 Prompt = str | Sequence[int]
 DEFAULT_BATCHES = (1, 8)
@@ -156,23 +153,9 @@ def run_engine(req: SpeedRequest, after: Callable[[Any, SpeedRequest], dict[str,
 def in_child(req: SpeedRequest, timeout: float, env: dict[str, str] | None = None,
              entry: Sequence[str] = ("-m", "eagle3_runner.evaluate.speed"), extra: dict[str, Any] | None = None,
              log: Path | None = None) -> dict[str, Any]:
-    """:func:`run_engine` in a child process.  ``entry``: the child's module or script, which takes
-    ``--request FILE --result FILE`` (``extra``: more keys of the request file, for such an entry);
-    ``log``: where the child's output (vLLM's logs) goes, else it is kept for an error message."""
-    with tempfile.TemporaryDirectory(prefix="serve_speed-") as tmp:
-        rq, rs = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        rq.write_text(json.dumps({**asdict(req), **(extra or {})}))
-        out = Path(log) if log else Path(tmp) / "child.log"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("a") as sink:
-            proc = subprocess.run([sys.executable, *entry, "--request", str(rq), "--result", str(rs)],
-                                  stdout=sink, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                                  env={**os.environ, **(env or {})})
-        if proc.returncode or not rs.is_file():
-            tail = out.read_text(errors="replace")[-6000:]
-            raise EnvironmentProblem(f"vLLM serving failed (exit {proc.returncode}); the end of its log"
-                                     f"{' ' + str(log) if log else ''}:\n{tail}")
-        return json.loads(rs.read_text())
+    """:func:`run_engine` in a child process (``entry``: the child's module or script; ``extra``:
+    more keys of the request, for such an entry; ``log``: where vLLM's output goes)."""
+    return run_in_child(entry, {**asdict(req), **(extra or {})}, timeout, env, log)
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -268,15 +251,7 @@ def measure_speed(verifier: Path | str, draft: Path | str, prompts: Sequence[Pro
 
 def main(argv: list[str] | None = None) -> int:
     """The child process: ``--request FILE --result FILE`` (one engine)."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m eagle3_runner.evaluate.speed")
-    p.add_argument("--request", type=Path, required=True)
-    p.add_argument("--result", type=Path, required=True)
-    a = p.parse_args(argv)
-    req = SpeedRequest(**json.loads(a.request.read_text()))
-    a.result.write_text(json.dumps(run_engine(req)))
-    return 0
+    return child_main("python -m eagle3_runner.evaluate.speed", lambda r: run_engine(SpeedRequest(**r)), argv)
 
 
 if __name__ == "__main__":
