@@ -5,7 +5,11 @@
 # xgrammar stays: vLLM 0.20.0 imports it with `from vllm import LLM` (vllm/v1/request.py ->
 # structured_output/backend_xgrammar.py evaluates xgr.GrammarMatcher at class definition); the
 # H200 run of 2026-12-03 without it failed there in every engine step.
-# usage: bash benchmarks/gpu_site_parts.sh BUNDLE_DIR|SITE.tar.xz OUT_DIR [MIB ...]
+# vLLM 0.26.0 pulls in video, MLA and CUDA-compiler packages that serving a dense model never
+# imports; DROP (shell patterns of wheel file names) leaves them out, e.g. for 0.26.0:
+#   DROP="tokenspeed_* nvidia_nvvm* nvidia_cuda_nvcc* nvidia_cuda_cccl* nvidia_cuda_nvdisasm* pynvvideocodec* torchcodec* humming_kernels*"
+# (docs/gpu.md#serving-speed; Model Runner V2 also needs VLLM_USE_FLASHINFER_SAMPLER=0 there, flashinfer is not carried).
+# usage: [DROP=...] bash benchmarks/gpu_site_parts.sh BUNDLE_DIR|SITE.tar.xz OUT_DIR [MIB ...]
 #   OUT_DIR/sNN/site-NN, one folder per part (one carry path each); part NN is the NN-th MIB
 #   given (default 59: each part under 60 MiB), the last part holds the rest.  A SITE.tar.xz
 #   (this script's stream, e.g. earlier parts concatenated) is only split again.
@@ -17,9 +21,10 @@ if [ -f "$src" ]; then
   stream=$src
 else
   cat "$src"/p*/part-* | tar xf - -C "$work"
+  for pat in ${DROP:-}; do rm -f "$work"/$pat; done
   mkdir "$work/site"
   python3 -c "import glob, sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in glob.glob(sys.argv[2] + '/*.whl')]" "$work/site" "$work"
-  rm -f "$work"/site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so
+  rm -f "$work"/site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so "$work"/site/vllm/vllm-rs
   find "$work/site" -name "*.a" -delete  # static archives (xgrammar's is 70 MB) only serve linking
   stream=$work/site.tar.xz
   tar cf - -C "$work/site" . | xz -T2 -6 > "$stream"
