@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(load(RECORD))
     if args.out == DOC:  # the docs page holds it between docs_gen's markers
         sys.path.insert(0, str(ROOT / "scripts"))
-        from docs_gen import splice  # noqa: PLC0415
+        from doc_markers import splice  # noqa: PLC0415
 
         text = splice(DOC.read_text(), "architectures", text.rstrip("\n"))
     args.out.parent.mkdir(parents=True, exist_ok=True)

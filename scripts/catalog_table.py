@@ -9,7 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from docs_gen import PARTS, catalog, splice  # noqa: E402
+from doc_markers import splice  # noqa: E402
+from docs_gen import PARTS, catalog  # noqa: E402
 
 
 def main() -> int:

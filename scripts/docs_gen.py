@@ -27,6 +27,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from doc_markers import splice  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 MATRIX = DOCS / "matrix"
@@ -34,7 +37,7 @@ MATRIX = DOCS / "matrix"
 
 def catalog() -> str:
     sys.path.insert(0, str(ROOT))
-    from vllm_compat.catalog import load  # noqa: PLC0415
+    from vllm_compat.catalog.loader import load  # noqa: PLC0415
 
     rows = ["| patch | speculators | requires | what it fixes | remove when |", "|---|---|---|---|---|"]
     for p in load().patches:
@@ -116,14 +119,6 @@ PARTS: dict[str, tuple[Path, Callable[[], str]]] = {
     "static": (DOCS / "matrix.md", static),
     "runtime": (DOCS / "matrix.md", runtime),
 }
-
-
-def splice(body: str, name: str, text: str) -> str:
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    if begin not in body or end not in body:
-        raise SystemExit(f"docs_gen: the markers of {name!r} are missing")
-    start, stop = body.index(begin) + len(begin), body.index(end)
-    return body[:start] + "\n" + text + "\n" + body[stop:]
 
 
 def main(argv: list[str]) -> int:

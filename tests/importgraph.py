@@ -13,8 +13,10 @@ def _name(root: Path, f: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def graph(roots: list[Path]) -> dict[str, set[str]]:
+def graph(roots: list[Path], scripts: bool = False) -> dict[str, set[str]]:
+    """``scripts``: the roots are folders of scripts that import each other by bare name."""
     files = {_name(root, f): f for root in roots for f in root.rglob("*.py")}
+    root_of = {m: m.split(".")[0] for m in files}
     g: dict[str, set[str]] = {m: set() for m in files}
     for m, f in files.items():
         pkg = m if f.name == "__init__.py" else m.rpartition(".")[0]
@@ -30,6 +32,8 @@ def graph(roots: list[Path]) -> dict[str, set[str]]:
             else:
                 continue
             for t in targets:
+                if scripts and t not in files and f"{root_of[m]}.{t}" in files:
+                    t = f"{root_of[m]}.{t}"  # a script's bare import of a sibling script
                 while t and t not in files:
                     t = t.rpartition(".")[0]
                 # a module importing its own package's __init__ (or the reverse along the

@@ -39,7 +39,7 @@ def test_the_matrix_covers_the_catalogs_proven_ranges():
     """Every release the matrix proves lies inside the catalog's SUPPORTED ranges, and the
     newest vLLM minor the ranges admit is in the matrix (a range is never wider than the proof)."""
     from patches import SUPPORTED
-    from vllm_compat.versions import matches
+    from vllm_compat.catalog.versions import matches
 
     m = _load()
     assert all(matches(SUPPORTED["vllm"], v) for v in m.VLLM)

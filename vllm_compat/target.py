@@ -98,7 +98,7 @@ def _read_metadata(dist_info: Path) -> tuple[str, str]:
 class Target:
     """A folder laid out like site-packages (an unpacked wheel works too), and the user
     catalogs named for it on the command line (``--catalog DIR``, besides those that
-    pyproject.toml and entry points name: :mod:`vllm_compat.catalogs`)."""
+    pyproject.toml and entry points name: :mod:`vllm_compat.catalog.sources`)."""
 
     site: Path
     catalogs: tuple[str, ...] = ()

@@ -10,7 +10,7 @@ the correct-and-in-mask count and the mask's size (sums of 0/1 values, exact), w
 data-dependent shape.  Metrics only: the loss and the gradients are untouched.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 CORE = "speculators/models/eagle3/core.py"
 

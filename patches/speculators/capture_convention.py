@@ -15,7 +15,7 @@ final norm.  This patch makes the generator's defaults and bounds match: default
 and ids outside ``[0, N]`` are an error.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -45,7 +45,7 @@ for ``idx in self.aux_hidden_state_layers`` BEFORE calling layer ``idx``
 (``vllm/model_executor/models/llama.py``, every release 0.11.0-0.33.0).
 """
 
-from vllm_compat.patch import InsertAfter, Patch, ReplaceDef, ReplaceStmt, Shim, register
+from vllm_compat.catalog.patch import InsertAfter, Patch, ReplaceDef, ReplaceStmt, Shim, register
 
 WORKER = "speculators/data_generation/custom_worker.py"
 

@@ -11,7 +11,7 @@ chunks.  Per-request attribution across chunks: ``speculators.capture_hooks`` an
 ``speculators.request_attribution``.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

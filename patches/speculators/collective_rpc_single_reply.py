@@ -8,7 +8,7 @@ should return one per layer (the [771, 7168] bug this project started from).  0.
 uses the reply as it is.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

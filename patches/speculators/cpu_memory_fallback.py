@@ -9,7 +9,7 @@ engine core makes; ``vllm/v1/executor/abstract.py``, every release from 0.11.1),
 smallest reply.  Where a device reports free memory nothing changes.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

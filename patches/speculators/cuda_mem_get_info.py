@@ -7,7 +7,7 @@ same here (``(0, 0)`` without CUDA) and let ``speculators.cpu_memory_fallback`` 
 the KV-cache budget in that case.
 """
 
-from vllm_compat.patch import Patch, ReplaceExpr, register
+from vllm_compat.catalog.patch import Patch, ReplaceExpr, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -11,7 +11,7 @@ to the document whose end (``cumsum(lengths)``) is the first one past ``p``
 does), and positions at or past the last end are ``-1``.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 ATTENTION = "speculators/models/eagle3/attention.py"
 

@@ -8,7 +8,7 @@ files) renamed the base models' ``get_input_embeddings(input_ids)`` to
 file, so it is kept correct for the vLLM it runs against.  (0.4.0 already uses the new name.)
 """
 
-from vllm_compat.patch import Patch, ReplaceExpr, register
+from vllm_compat.catalog.patch import Patch, ReplaceExpr, register
 
 WORKER = "speculators/data_generation/custom_worker.py"
 

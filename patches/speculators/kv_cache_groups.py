@@ -22,7 +22,7 @@ model whose layers all share a spec gets the same single group as before; hybrid
 groups, which the scheduler then needs its block size for (``speculators.scheduler_block_size_groups``).
 """
 
-from vllm_compat.patch import InsertAfter, Patch, ReplaceStmt, Shim, register
+from vllm_compat.catalog.patch import InsertAfter, Patch, ReplaceStmt, Shim, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

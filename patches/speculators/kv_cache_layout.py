@@ -10,7 +10,7 @@ from the workers' supported layouts, publishes it to the workers
 sizing memory (as the engine core does: workers may use the layout while profiling).
 """
 
-from vllm_compat.patch import InsertAfter, Patch, register
+from vllm_compat.catalog.patch import InsertAfter, Patch, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -15,7 +15,7 @@ Fix: the generator imports the KV-cache helpers (those of ``speculators.kv_cache
 from where 0.33.0 defines it, and passes the interleave size to ``set_kv_cache_layout``.
 """
 
-from vllm_compat.patch import Patch, ReplaceExpr, Shim, register
+from vllm_compat.catalog.patch import Patch, ReplaceExpr, Shim, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -5,7 +5,7 @@ speculators 0.3.0 passes it and fails with ``TypeError: ... unexpected keyword a
 'kv_cache_specs'``.  Upstream removed it in 0.4.0 (commit e854faf1).
 """
 
-from vllm_compat.patch import Patch, RemoveKeyword, register
+from vllm_compat.catalog.patch import Patch, RemoveKeyword, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -6,7 +6,7 @@ on vLLM 0.11.0-0.11.2 (``vllm/v1/core/kv_cache_utils.py``) the function still re
 ``kv_cache_specs``: TypeError (missing argument).  Pass it there.
 """
 
-from vllm_compat.patch import AddKeyword, Patch, register
+from vllm_compat.catalog.patch import AddKeyword, Patch, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

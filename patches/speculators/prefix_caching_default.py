@@ -8,7 +8,7 @@ repeated prefixes would skip the forward pass and the capture would see no token
 Upstream 0.4.0 passes ``enable_prefix_caching=False``; do the same for 0.3.0.
 """
 
-from vllm_compat.patch import AddKeyword, Patch, register
+from vllm_compat.catalog.patch import AddKeyword, Patch, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

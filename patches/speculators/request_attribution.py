@@ -12,7 +12,7 @@ input order whatever the batch layout.  ``speculators.chunked_prefill_default`` 
 unfinished prefills running.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -6,7 +6,7 @@ now comes from the sampling parameters.  speculators 0.3.0 and 0.4.0 pass it and
 generator only prefills (max_tokens=1), so the stop token never matters here.
 """
 
-from vllm_compat.patch import Patch, RemoveKeyword, register
+from vllm_compat.catalog.patch import Patch, RemoveKeyword, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -7,7 +7,7 @@ states, but ``results[k]`` is not prompt ``k``).  Fix: iterate the dict in inser
 which is input order.  Not a vLLM break; applies with every vLLM.
 """
 
-from vllm_compat.patch import Patch, ReplaceExpr, register
+from vllm_compat.catalog.patch import Patch, ReplaceExpr, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -10,7 +10,7 @@ vLLM 0.20.0 added ``hash_block_size=None``; it is optional and defaults to ``blo
 which is right for the single KV-cache group the generator builds, so it is not passed.
 """
 
-from vllm_compat.patch import AddKeyword, Patch, register
+from vllm_compat.catalog.patch import AddKeyword, Patch, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -13,7 +13,7 @@ generator already passes, so single-group models schedule exactly as before.
 Fix: the generator resolves both sizes the same way and gives them to the ``Scheduler``.
 """
 
-from vllm_compat.patch import AddKeyword, InsertAfter, Patch, RemoveKeyword, register
+from vllm_compat.catalog.patch import AddKeyword, InsertAfter, Patch, RemoveKeyword, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -8,7 +8,7 @@ required").  ``max_model_len`` is already passed; add ``is_encoder_decoder=False
 upstream did in 0.4.0 (commit e854faf1).
 """
 
-from vllm_compat.patch import AddKeyword, Patch, register
+from vllm_compat.catalog.patch import AddKeyword, Patch, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -22,7 +22,7 @@ model's dtype.  Tensor parallelism as before: only TP rank 0 captures and answer
 (``unique_reply_rank=0``).  Without room in ``/dev/shm`` a request's tensors travel the old way.
 """
 
-from vllm_compat.patch import InsertAfter, Patch, ReplaceExpr, Shim, register
+from vllm_compat.catalog.patch import InsertAfter, Patch, ReplaceExpr, Shim, register
 
 WORKER = "speculators/data_generation/custom_worker.py"
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"

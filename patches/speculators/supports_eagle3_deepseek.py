@@ -8,7 +8,7 @@ fails on 0.11.1-0.17.x although the capture (``speculators.capture_hooks``) work
 Upstream dropped the check in 0.4.0 (commit e854faf1); here DeepseekV2/V3 are accepted too.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 WORKER = "speculators/data_generation/custom_worker.py"
 

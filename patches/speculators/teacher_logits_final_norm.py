@@ -12,7 +12,7 @@ backports that fix to 0.3.0 (and keeps the frozen norm out of saved checkpoints,
 ``verifier_lm_head``).  Independent of vLLM.
 """
 
-from vllm_compat.patch import InsertAfter, Patch, ReplaceExpr, ReplaceStmt, register
+from vllm_compat.catalog.patch import InsertAfter, Patch, ReplaceExpr, ReplaceStmt, register
 
 CORE = "speculators/models/eagle3/core.py"
 

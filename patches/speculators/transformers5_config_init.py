@@ -19,7 +19,7 @@ never called there), so the patch has no transformers range: a ``pip install --t
 may not hold transformers at all, and the fix must still be in place for training.
 """
 
-from vllm_compat.patch import InsertAfter, Patch, ReplaceDef, register
+from vllm_compat.catalog.patch import InsertAfter, Patch, ReplaceDef, register
 
 CONFIG = "speculators/config.py"
 EAGLE3_CONFIG = "speculators/models/eagle3/config.py"

@@ -14,7 +14,7 @@ Fix: give the rebuild the missing name (``_types_namespace={"torch": torch}``). 
 under transformers 4.x (the annotation there does not name torch), so no version range.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 PYDANTIC_UTILS = "speculators/utils/pydantic_utils.py"
 

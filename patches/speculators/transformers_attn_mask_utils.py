@@ -11,7 +11,7 @@ implementation where it exists and otherwise reimplements the 2-D -> causal 4-D 
 speculators uses.
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, Shim, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, Shim, register
 
 EAGLE = "speculators/models/eagle.py"
 

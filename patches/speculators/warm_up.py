@@ -7,7 +7,7 @@ cache, and the engine core calls the new ``Executor.compile_or_warm_up_model()``
 call too, right after ``initialize_from_config`` (as the engine core does).
 """
 
-from vllm_compat.patch import InsertAfter, Patch, register
+from vllm_compat.catalog.patch import InsertAfter, Patch, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -14,7 +14,7 @@ KV-cache groups are known set ``cache_config.block_size`` from the workers' spec
 to the ``Scheduler`` (and, in 0.4.0, to the block hasher, which already reads it).
 """
 
-from vllm_compat.patch import AddKeyword, InsertAfter, Patch, RemoveKeyword, register
+from vllm_compat.catalog.patch import AddKeyword, InsertAfter, Patch, RemoveKeyword, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

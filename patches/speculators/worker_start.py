@@ -18,7 +18,7 @@ leaves the process that built the executor one thread; the generator's process c
 every returned state).
 """
 
-from vllm_compat.patch import InsertAfter, Patch, ReplaceExpr, Shim, register
+from vllm_compat.catalog.patch import InsertAfter, Patch, ReplaceExpr, Shim, register
 
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
 

@@ -63,7 +63,7 @@ def test_catalog_is_a_fixed_point(site):
     from packaging.version import Version
 
     from vllm_compat import api
-    from vllm_compat.catalog import load
+    from vllm_compat.catalog.loader import load
     from vllm_compat.target import Target
     from vllm_compat.transform import apply_edits
 

@@ -46,7 +46,7 @@ def dist_info_of(site: Path, prefix: str) -> Path:
 
 def probe_files() -> set[str]:
     """Every file a catalog probe reads that is not owned by speculators."""
-    from vllm_compat.catalog import load
+    from vllm_compat.catalog.loader import load
 
     out = set()
     for p in load().patches:

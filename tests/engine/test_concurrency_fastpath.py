@@ -128,7 +128,7 @@ def test_status_imports_no_libcst(site: Path) -> None:
                          capture_output=True, text=True, cwd=str(kit.REPO), env=kit.env())
     assert res.returncode == 10, show(res)
     mods = _imported(res.stderr)
-    assert "vllm_compat.catalog" in mods, sorted(mods)
+    assert "vllm_compat.catalog.loader" in mods, sorted(mods)
     bad = _heavy(mods, ("libcst", "torch", "vllm", "speculators"))
     assert not bad, f"status imported {sorted(bad)}"
 
@@ -165,7 +165,7 @@ def test_verify_with_two_user_catalogs_stays_on_the_fast_path(patched: Path, tmp
                          capture_output=True, text=True, cwd=str(repo), env=kit.env(PYTHONPATH=str(kit.REPO)))
     assert res.returncode == 0 and res.stdout.startswith(f"ok: {built_in + 2} patch(es)"), show(res)
     mods = _imported(res.stderr)
-    assert "vllm_compat.catalogs" in mods, sorted(mods)
+    assert "vllm_compat.catalog.sources" in mods, sorted(mods)
     bad = _heavy(mods, ("libcst", "importlib.metadata", "packaging", "torch", "vllm", "speculators", "tomllib",
-                        "vllm_compat.catalog", "vllm_compat.plan", "dataclasses"))
+                        "vllm_compat.catalog.loader", "vllm_compat.plan", "dataclasses"))
     assert not bad, f"verify imported {sorted(bad)}"

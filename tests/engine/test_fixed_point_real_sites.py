@@ -25,7 +25,7 @@ def _catalog():
     import crashrun
 
     crashrun.fresh_catalog()  # the catalog is edited while tests run: read it as it is now
-    from vllm_compat.catalog import load
+    from vllm_compat.catalog.loader import load
 
     return load()
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from vllm_compat.catalog import CatalogError, _ordered, _validated, load
-from vllm_compat.patch import AddKeyword, Patch, ReplaceStmt
+from vllm_compat.catalog.loader import CatalogError, _ordered, _validated, load
+from vllm_compat.catalog.patch import AddKeyword, Patch, ReplaceStmt
 
 F = "speculators/x.py"
 
@@ -75,7 +75,7 @@ def test_catalog_page_and_changelog_list_every_patch() -> None:
 
 
 def test_user_catalogs_are_namespaced_ordered_and_widen_the_proven_ranges(tmp_path) -> None:
-    from vllm_compat.catalogs import BUILTIN, Source, builtin_root
+    from vllm_compat.catalog.sources import BUILTIN, Source, builtin_root
 
     fixes = tmp_path / "fixes"
     fixes.mkdir()

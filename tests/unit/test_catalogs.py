@@ -1,4 +1,4 @@
-"""Which catalogs are in use (`vllm_compat.catalogs`): discovery, namespaces, the import-free
+"""Which catalogs are in use (`vllm_compat.catalog.sources`): discovery, namespaces, the import-free
 pyproject and entry-point readers, and the digest over the engine and every catalog."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_compat import catalogs
-from vllm_compat.catalogs import BUILTIN, SourceError, digest, discover
+from vllm_compat.catalog import sources as catalogs
+from vllm_compat.catalog.sources import BUILTIN, SourceError, digest, discover
 
 TABLES = [
     '[tool.vllm-compat]\ncatalogs = ["a", "b/c"]\n',
@@ -108,15 +108,17 @@ def test_the_digest_covers_the_engine_and_every_catalog(tmp_path: Path, monkeypa
     # the engine: patch.py and every module of the transform/ package, by content
     engine = tmp_path / "engine"
     (engine / "transform" / "__pycache__").mkdir(parents=True)
-    for name in ("patch.py", "catalogs.py", "transform/__init__.py", "transform/walk.py"):
+    (engine / "catalog").mkdir()
+    for name in ("catalog/patch.py", "catalog/sources.py", "transform/__init__.py", "transform/walk.py"):
         (engine / name).write_text(f"# {name}\n")
-    monkeypatch.setattr(catalogs, "_HERE", str(engine))
+    monkeypatch.setattr(catalogs, "_HERE", str(engine / "catalog"))
+    monkeypatch.setattr(catalogs, "_ENGINE", str(engine))
     base = catalogs.engine_digest()
-    (engine / "catalogs.py").write_text("# not semantics\n")
+    (engine / "catalog" / "sources.py").write_text("# not semantics\n")
     (engine / "transform" / "__pycache__" / "walk.cpython-311.pyc").write_bytes(b"\0")
     assert catalogs.engine_digest() == base
     seen = {base}
-    for change in ("patch.py", "transform/walk.py", "transform/__init__.py"):
+    for change in ("catalog/patch.py", "transform/walk.py", "transform/__init__.py"):
         (engine / change).write_text(f"# {change}, changed\n")
         seen.add(catalogs.engine_digest())
     (engine / "transform" / "statements.py").write_text("X = 1\n")  # a new module
@@ -127,9 +129,9 @@ def test_the_digest_covers_the_engine_and_every_catalog(tmp_path: Path, monkeypa
 
 
 def test_catalogs_imports_nothing_but_os_and_hashlib() -> None:
-    code = "import sys; before = set(sys.modules); import vllm_compat.catalogs; print(sorted(set(sys.modules) - before))"
+    code = "import sys; before = set(sys.modules); import vllm_compat.catalog.sources; print(sorted(set(sys.modules) - before))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert set(eval(out)) <= {"vllm_compat", "vllm_compat.catalogs", "hashlib", "_hashlib", "_blake2"}, out  # noqa: S307
+    assert set(eval(out)) <= {"vllm_compat", "vllm_compat.catalog", "vllm_compat.catalog.sources", "hashlib", "_hashlib", "_blake2"}, out  # noqa: S307
 
 
 def test_user_catalogs_load_without_writing_bytecode(tmp_path: Path) -> None:
@@ -137,7 +139,7 @@ def test_user_catalogs_load_without_writing_bytecode(tmp_path: Path) -> None:
     (fixes / "m.py").write_text("X = 1\n")
     (tmp_path / "site").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    code = ("from vllm_compat.catalog import load; from vllm_compat.catalogs import discover; "
+    code = ("from vllm_compat.catalog.loader import load; from vllm_compat.catalog.sources import discover; "
             f"load(discover({str(tmp_path / 'site')!r}, [{str(fixes)!r}], cwd={str(tmp_path)!r})[0])")
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
     assert sorted(p.name for p in fixes.iterdir()) == ["m.py"]

@@ -59,6 +59,12 @@ def test_no_import_circles_between_modules_or_rooms():
         assert not cycles(rooms(g, depth)), (depth, cycles(rooms(g, depth)))
 
 
+def test_no_import_circles_between_scripts():
+    g = graph([ROOT / "scripts"], scripts=True)
+    assert "scripts.doc_markers" in g["scripts.docs_gen"]  # bare imports are seen
+    assert not cycles(g), cycles(g)
+
+
 def test_the_circle_finder_finds_a_circle(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()

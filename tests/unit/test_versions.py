@@ -2,7 +2,7 @@
 
 import pytest
 
-from vllm_compat.versions import matches, may_overlap
+from vllm_compat.catalog.versions import matches, may_overlap
 
 
 @pytest.mark.parametrize(

@@ -25,8 +25,8 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
-from ..catalogs import nearest_pyproject, pyproject_catalogs
-from ..patch import Patch
+from ..catalog.sources import nearest_pyproject, pyproject_catalogs
+from ..catalog.patch import Patch
 from ..plan import Plan, load_catalog, make_plan, read
 from ..report import CommandError, Exit, RecordResult
 from ..state import APPLIED, STALE
@@ -57,7 +57,7 @@ def _destination(target: Target) -> str:
 
 def _in_use_by_default(target: Target, dest: str) -> bool:
     """Whether commands find ``dest`` without ``--catalog`` (pyproject.toml, an entry point)."""
-    from ..catalogs import SourceError, discover  # noqa: PLC0415
+    from ..catalog.sources import SourceError, discover  # noqa: PLC0415
 
     try:
         sources, _ = discover(str(target.site), (), exact=True, missing_ok=(dest,))
@@ -153,8 +153,8 @@ def _from_wheels(dist: Dist, rels: list[str], wheels: tuple[str, ...]) -> dict[s
 
 
 def _patch(plan: Plan, pkg: str, name: str, edits: list) -> Patch:
-    from ..catalog import overlap  # noqa: PLC0415
-    from ..versions import public  # noqa: PLC0415
+    from ..catalog.loader import overlap  # noqa: PLC0415
+    from ..catalog.versions import public  # noqa: PLC0415
 
     dist, vllm = plan.dists.get(pkg) or plan.target.find(pkg), plan.dists.get("vllm") or plan.target.find("vllm")
     requires = {"vllm": f">={public(vllm.version)}"} if vllm is not None and pkg != "vllm" else {}
@@ -172,7 +172,7 @@ def _local(pid: str, dest_name: str) -> str:
 
 def record(target: Target, name: str, packages: tuple[str, ...], wheels: tuple[str, ...],
            allow_unsupported: bool) -> RecordResult:
-    from ..catalog import CatalogError  # noqa: PLC0415
+    from ..catalog.loader import CatalogError  # noqa: PLC0415
     from ..commit import apply_plan  # noqa: PLC0415
     from .edits import RecordError, record_edits  # noqa: PLC0415 - libcst
 

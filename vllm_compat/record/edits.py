@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ..patch import AddKeyword, Edit, InsertAfter, RemoveKeyword, ReplaceDef, ReplaceExpr, ReplaceStmt
+from ..catalog.patch import AddKeyword, Edit, InsertAfter, RemoveKeyword, ReplaceDef, ReplaceExpr, ReplaceStmt
 from ..transform import TransformError, apply_edits
 
 __all__ = ["RecordError", "Recorded", "record_edits"]

@@ -14,7 +14,7 @@ import re
 import textwrap
 from dataclasses import fields, replace
 
-from ..patch import Edit, Patch, forget, registered
+from ..catalog.patch import Edit, Patch, forget, registered
 
 __all__ = ["TODO", "declared", "render", "same_edits"]
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import libcst as cst
 
-from ..patch import AddKeyword, Edit, InsertAfter, Patch, RemoveKeyword, ReplaceDef, ReplaceExpr, ReplaceStmt
+from ..catalog.patch import AddKeyword, Edit, InsertAfter, Patch, RemoveKeyword, ReplaceDef, ReplaceExpr, ReplaceStmt
 from .expressions import _ExprEditor, _KeywordEditor
 from .match import _Ctx
 from .statements import _DefReplacer, _StmtEditor

@@ -7,7 +7,7 @@ import textwrap
 
 import libcst as cst
 
-from ..patch import AddKeyword, RemoveKeyword, ReplaceExpr
+from ..catalog.patch import AddKeyword, RemoveKeyword, ReplaceExpr
 from .match import _Ctx, _dump_expr, _expr_idents
 from .suites import _DEFS
 from .walk import _Editor

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from ..patch import InsertAfter, ReplaceDef, ReplaceStmt
+from ..catalog.patch import InsertAfter, ReplaceDef, ReplaceStmt
 from .match import _Ctx, _dump_stmts, _find_run, _Pattern, _stmt_nodes
 from .suites import _same
 from .walk import _Editor

@@ -17,9 +17,9 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .catalogs import BUILTIN, Source, builtin_root, digest
+from .sources import BUILTIN, Source, builtin_root, digest
 from .patch import Patch, Probe, forget, registered
-from .target import Dist, Target
+from ..target import Dist, Target
 from .versions import InvalidSpecifier, InvalidVersion, matches, may_overlap
 
 __all__ = ["Catalog", "CatalogError", "Decision", "load"]
@@ -121,7 +121,7 @@ def load(sources: list[Source] | None = None, entry_points: dict | None = None) 
 def _load_builtin() -> tuple[list[Patch], dict[str, str]]:
     # The built-in catalog is data to the engine, found by its folder and loaded by module name
     # as user catalogs are: the engine never imports it statically (its modules import the engine).
-    from .catalogs import builtin_root  # noqa: PLC0415
+    from .sources import builtin_root  # noqa: PLC0415
 
     patches = importlib.import_module("patches")
     root = Path(builtin_root())

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .report import Exit
-from .target import Target
+from ..report import Exit
+from ..target import Target
 
 
 def run_against(target: Target, args: argparse.Namespace) -> int:

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import wheels
-from .report import CommandError, Exit
-from .target import Target, sha256_bytes
+from ..report import CommandError, Exit
+from ..target import Target, sha256_bytes
 
 __all__ = ["AgainstReport", "PatchResult", "check_against", "parse_spec"]
 
@@ -123,7 +123,7 @@ def _link(src: Path, dst: Path) -> None:
 def _copy_pristine(target: Target, dist, pkg: str, scratch: Path) -> None:
     """Copy an installed patched package and its dist-info, its managed files put back to the
     wheel's bytes (from the state folder's backups, proven against RECORD)."""
-    from .store import Store  # noqa: PLC0415
+    from ..store import Store  # noqa: PLC0415
 
     src = target.site / pkg
     if src.is_dir():
@@ -147,7 +147,7 @@ def _copy_pristine(target: Target, dist, pkg: str, scratch: Path) -> None:
 
 def build_scratch(target: Target, catalog, whls: list[Path], scratch: Path) -> dict[str, str]:
     """Fill ``scratch`` (see the module's docstring); returns {import package: wheel file name}."""
-    from .plan import _packages  # noqa: PLC0415
+    from ..plan import _packages  # noqa: PLC0415
 
     patched = {p.target for p in catalog.patches}
     replaced: dict[str, str] = {}
@@ -178,7 +178,7 @@ def build_scratch(target: Target, catalog, whls: list[Path], scratch: Path) -> d
 
 def _per_patch(plan, failing: dict[str, str]) -> None:
     """Find the patches whose anchors do not match: each file's patches one at a time, in order."""
-    from .plan import transformed  # noqa: PLC0415
+    from ..plan import transformed  # noqa: PLC0415
 
     for fs in plan.report.files:
         if not fs.patches or plan.is_shim(fs.path):
@@ -193,8 +193,8 @@ def _per_patch(plan, failing: dict[str, str]) -> None:
 
 def check_against(target: Target, specs: list[str], files: list[str]) -> AgainstReport:
     """The pre-upgrade check of ``target`` against the releases ``specs`` / wheel ``files``."""
-    from . import api  # noqa: PLC0415
-    from .plan import load_catalog, make_plan  # noqa: PLC0415
+    from .. import api  # noqa: PLC0415
+    from ..plan import load_catalog, make_plan  # noqa: PLC0415
 
     if not specs and not files:
         raise CommandError("check --against/--wheel: name at least one release", Exit.USAGE)

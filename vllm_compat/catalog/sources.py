@@ -18,6 +18,7 @@ import os
 BUILTIN = "built-in"
 GROUP = "vllm_compat.catalogs"
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_ENGINE = os.path.dirname(_HERE)  # vllm_compat/
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -45,7 +46,7 @@ class Source:
 
 
 def builtin_root() -> str:
-    return os.path.join(os.path.dirname(_HERE), "patches")
+    return os.path.join(os.path.dirname(_ENGINE), "patches")
 
 
 # -- digests ----------------------------------------------------------------------------------
@@ -76,7 +77,7 @@ def engine_digest() -> str:
     with open(os.path.join(_HERE, "patch.py"), "rb") as fh:
         h.update(b"patch.py\0" + fh.read() + b"\0")
     h.update(b"transform/\0")
-    _hash_tree(h, os.path.join(_HERE, "transform"))
+    _hash_tree(h, os.path.join(_ENGINE, "transform"))
     return h.hexdigest()
 
 

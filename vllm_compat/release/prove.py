@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .report import CommandError, Exit
-from .state import DRIFTED, PENDING, STALE
-from .target import Target, sha256_file
+from ..report import CommandError, Exit
+from ..state import DRIFTED, PENDING, STALE
+from ..target import Target, sha256_file
 
 __all__ = ["ProveResult", "prove", "tolerance_for"]
 
@@ -177,8 +177,8 @@ def _run_worker(target: Target, arch: str, model: Path, tolerance: float, tmp: P
 
 def prove(target: Target) -> ProveResult:
     """Run the proof on ``target`` and record it when every runnable architecture matches."""
-    from .plan import bound_now, make_plan  # noqa: PLC0415
-    from .proof import write  # noqa: PLC0415
+    from ..plan import bound_now, make_plan  # noqa: PLC0415
+    from ..proof import write  # noqa: PLC0415
     from .wheels import cache_dir  # noqa: PLC0415
 
     t0 = time.monotonic()
@@ -203,7 +203,7 @@ def prove(target: Target) -> ProveResult:
     _refuse_unfit(again)
     bound, _ = bound_now(again, again.report.files)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    from . import __version__  # noqa: PLC0415
+    from .. import __version__  # noqa: PLC0415
 
     path = write(str(target.state_dir), bound, date, results,
                  {"versions": versions, "site": str(target.site), "vllm_compat": __version__})
