@@ -35,8 +35,20 @@ class RevertResult:
 # -- status / verify ----------------------------------------------------------------------
 
 def status(target: Target) -> Report:
-    """Every patch's and managed file's state (slow path; never imports libcst)."""
-    return make_plan(target).report
+    """Every patch's and managed file's state, and the advisories that match (slow path; never
+    imports libcst)."""
+    plan = make_plan(target)
+    _require_installed(plan, "report")
+    return plan.report
+
+
+def _require_installed(plan: Plan, what: str) -> None:
+    """A site holding none of the distributions the catalogs patch, and never patched, has
+    nothing to report, apply or revert: an environment error (exit 3), never a vacuous "ok"."""
+    targets = {p.target for p in plan.catalog.patches}
+    if targets and not any(plan.dists.get(t) for t in targets) and plan.manifest is None:
+        raise CommandError(f"{', '.join(sorted(targets))} is not installed in {plan.target.site}: nothing to {what}",
+                           Exit.ENV)
 
 
 def _fast_verify(target: Target) -> Report | None:
@@ -59,10 +71,7 @@ def verify(target: Target) -> Report:
     if fast is not None:
         return fast
     plan = make_plan(target)
-    targets = {p.target for p in plan.catalog.patches}
-    if targets and not any(plan.dists.get(t) for t in targets) and plan.manifest is None:
-        # nothing patched and nothing to patch: not "ok"
-        raise CommandError(f"{', '.join(sorted(targets))} is not installed in {target.site}: nothing to verify", Exit.ENV)
+    _require_installed(plan, "verify")
     return plan.report
 
 
@@ -71,11 +80,16 @@ def verify(target: Target) -> Report:
 def apply(target: Target, dry_run: bool = False, allow_unsupported: bool = False) -> ApplyResult:
     """Bring every applicable patch to the applied state, all files or none."""
     store = Store(target)
-    if dry_run:
-        return apply_plan(make_plan(target), dry_run=True, allow_unsupported=allow_unsupported)
+    if dry_run or not store.dir.exists():  # (refuse before the lock creates the state folder)
+        plan = make_plan(target)
+        _require_installed(plan, "apply")
+        if dry_run:
+            return apply_plan(plan, dry_run=True, allow_unsupported=allow_unsupported)
     with store.locked():
         store.recover()
-        return apply_plan(make_plan(target), dry_run=False, allow_unsupported=allow_unsupported)
+        plan = make_plan(target)
+        _require_installed(plan, "apply")
+        return apply_plan(plan, dry_run=False, allow_unsupported=allow_unsupported)
 
 
 # -- revert / diff / record ------------------------------------------------------------------
@@ -83,6 +97,9 @@ def apply(target: Target, dry_run: bool = False, allow_unsupported: bool = False
 def revert(target: Target, force: bool = False) -> RevertResult:
     """Back to the wheel's files (proven against RECORD); vendored shims and state removed."""
     store = Store(target)
+    if not store.dir.exists():  # never applied: nothing to restore (and no state folder to create)
+        _require_installed(make_plan(target), "revert")
+        return RevertResult((), ())
     with store.locked():
         store.recover()
         manifest = store.manifest()

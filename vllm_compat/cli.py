@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from . import api
 from .api import CommandError, Exit, Report
@@ -15,7 +16,8 @@ from .target import Target, TargetError
 EXIT_CODES = """exit codes:
   0   ok (verify: every applicable patch applied, every managed file matches its hash)
   2   usage error
-  3   environment error: site-packages missing, unreadable or read-only, corrupt state
+  3   environment error: site-packages missing, unreadable or read-only, corrupt state, none of
+      the patched distributions (speculators) installed there
   4   a target file does not parse, or a patch's anchor is missing in it
   10  pending: applicable patches are not applied (or the catalog changed since apply)
   11  drifted: managed files were edited by hand (revert refuses without --force)
@@ -31,7 +33,23 @@ EXIT_CODES = """exit codes:
   18  check --against: a release's wheel cannot be fetched (no network, index unreachable)
   19  check --against: the index has no such release
   20  prove: the patched stack's hidden states differ from HF transformers, or no model could run
+  21  an advisory matches the installed versions: a known-bad combination (--allow-advisory ID
+      accepts one)
+with --json, an error is a JSON object on stdout too: {"exit_code", "result", "error"}
 """
+
+
+class UsageError(Exception):
+    """A bad command line (exit 2), raised instead of argparse's exit so --json can report it."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        raise UsageError(f"{self.prog}: error: {message}", self.format_usage())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--catalog", action="append", default=[], metavar="DIR",
                         help="a user catalog folder, besides pyproject.toml's and entry points' (repeatable)")
     common.add_argument("-v", "--verbose", action="store_true")
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="vllm-compat", description="Versioned source patches that keep speculators (and any installed "
                                         "package you patch with your own catalogs) working on current vLLM.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -53,14 +71,18 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], help=help, description=help, epilog=EXIT_CODES,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
 
-    s = cmd("status", "show every patch's and managed file's state")
+    s = cmd("status", "show every patch's and managed file's state, and the advisories that match")
     s.add_argument("--json", action="store_true")
+    allow = dict(action="append", default=[], metavar="ID",
+                 help="accept this advisory (a known-bad combination that does not apply to you): exit 0, not 21")
+    s.add_argument("--allow-advisory", **allow)
     a = cmd("apply", "apply every applicable patch, all files or none")
     a.add_argument("--dry-run", action="store_true", help="print the unified diff, write nothing")
     a.add_argument("--allow-unsupported", action="store_true", help="patch versions outside the proven range")
     v = cmd("verify", "exit 0 only when the patch state is complete and intact (never writes)")
     v.add_argument("--json", action="store_true")
     v.add_argument("--allow-unsupported", action="store_true")
+    v.add_argument("--allow-advisory", **allow)
     r = cmd("revert", "restore the wheel's files (proven against RECORD) and remove shims and state")
     r.add_argument("--force", action="store_true", help="also discard hand edits")
     cmd("diff", "show managed files against the wheel's pristine content")
@@ -103,10 +125,17 @@ def _render(report: Report, verbose: bool) -> str:
     lines += [f"  {pkg} {ver}" for pkg, ver in sorted(report.versions.items())]
     lines += [f"unsupported: {u}" for u in report.unsupported]
     lines += [f"note: {n}" for n in report.notes]
+    for m in report.advisories:
+        a = m.advisory
+        found = ", ".join(f"{pkg} {ver}" for pkg, ver in sorted(m.versions.items()))
+        lines += ["", f"advisory {a.id}{' (allowed)' if m.allowed else ''}: {a.title} ({found})",
+                  f"  why: {a.why}", f"  upstream: {a.upstream}", f"  fix: {a.fix}"]
+        if a.condition:
+            lines.append(f"  only when: {m.to_dict()['condition']} (--allow-advisory {a.id} if not)")
     rows = [("PATCH", "STATE", "DETAIL")]
     rows += [(p.id, p.state, p.reason) for p in report.patches if verbose or p.state != "not-applicable"]
     if report.patches:
-        lines += ["", _table(rows)]
+        lines += ["", _table(rows)] if len(rows) > 1 else [""]
         hidden = sum(p.state == "not-applicable" for p in report.patches) if not verbose else 0
         if hidden:
             lines.append(f"({hidden} patch(es) not applicable to these versions: -v lists them)")
@@ -125,9 +154,13 @@ def _run(args: argparse.Namespace) -> int:
     target = _target(args)
     if args.command in ("status", "verify"):
         report = api.status(target) if args.command == "status" else api.verify(target)
+        report = report.allowing(args.allow_advisory)
+        known = {m.advisory.id for m in report.advisories}
+        report = replace(report, notes=report.notes + tuple(
+            f"--allow-advisory {i}: no such advisory matches this site" for i in args.allow_advisory if i not in known))
         code = report.code
         if args.command == "verify" and code == Exit.UNSUPPORTED and args.allow_unsupported:
-            code = Report(report.site, report.versions, report.patches, report.files).code
+            code = replace(report, unsupported=()).code
         print(json.dumps(report.to_dict(), indent=1) if args.json else _render(report, args.verbose))
         return int(code)
     if args.command == "apply":
@@ -218,20 +251,30 @@ def _strip(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _fail(str(exc), Exit.USAGE, "--json" in argv, usage=exc.usage)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
+    as_json = bool(getattr(args, "json", False))
     try:
         return _run(args)
     except CommandError as exc:
-        print(f"vllm-compat: error: {exc}", file=sys.stderr)
-        return int(exc.code)
-    except TargetError as exc:
-        print(f"vllm-compat: error: {exc}", file=sys.stderr)
-        return int(Exit.ENV)
-    except OSError as exc:
-        print(f"vllm-compat: error: {exc}", file=sys.stderr)
-        return int(Exit.ENV)
+        return _fail(str(exc), exc.code, as_json)
+    except (TargetError, OSError) as exc:
+        return _fail(str(exc), Exit.ENV, as_json)
+
+
+def _fail(message: str, code: Exit, as_json: bool, usage: str = "") -> int:
+    """One line on stderr, or with --json one JSON object on stdout (a CI step parses it)."""
+    if as_json:
+        print(json.dumps({"exit_code": int(code), "result": code.name.lower(), "error": message}, indent=1))
+    else:
+        sys.stderr.write(usage)
+        print(message if code == Exit.USAGE else f"vllm-compat: error: {message}", file=sys.stderr)
+    return int(code)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,8 @@ def apply_plan(plan: Plan, dry_run: bool, allow_unsupported: bool, overwrite: fr
         obsolete=[d.patch.id for d in plan.decisions if d.status == "obsolete"],
         files=new_files, digests=parts, entry_points=plan.catalog.entry_points,
         todo={p.id: todo_fields(p) for p in plan.catalog.patches if todo_fields(p)},
+        advisories=[m.advisory.id for m in plan.report.advisories],
+        absent=sorted(pkg for pkg, d in plan.dists.items() if d is None),
     )
     plan.store.commit(writes, backups, manifest)
     log.info("patched %d file(s) in %s", len(writes), plan.target.site)

@@ -52,8 +52,11 @@ def verified(site: str, catalogs: tuple[str, ...] | list[str] = ()) -> dict | No
             manifest = json.loads(fh.read())
     except (OSError, ValueError):
         return None
-    if manifest.get("format") != 1 or not manifest.get("files"):
-        return None
+    if manifest.get("format") != 1 or not manifest.get("files") or manifest.get("advisories"):
+        return None  # (an advisory matched at apply: the full path reports it)
+    for pkg in manifest.get("absent", ()):  # installed since apply: an advisory may match now
+        if os.path.exists(os.path.join(site, pkg)) or os.path.exists(os.path.join(site, pkg + ".py")):
+            return None
     try:
         sources, _ = discover(site, catalogs, cached=manifest.get("entry_points"))
     except (SourceError, OSError, TypeError, ValueError, KeyError, AttributeError):

@@ -101,9 +101,12 @@ def load_catalog(target: Target, missing_ok: tuple[str, ...] = ()):
 
 
 def _packages(catalog) -> set[str]:
-    pkgs = set(catalog.supported)
+    """Every distribution the catalogs look at (by import package)."""
+    pkgs = set(catalog.supported) | set(catalog.checked)
     for p in catalog.patches:
         pkgs |= {p.target, *p.requires, *(q.dist for q in p.probes + p.obsolete_if)}
+    for a in catalog.advisories:
+        pkgs |= {*a.when, *(q.dist for q in a.probes)}
     return pkgs
 
 
@@ -188,7 +191,8 @@ def make_plan(target: Target, catalog=None, pristine_copies: dict[str, bytes] | 
         unsupported, plan.proof, note = _proven(plan, unsupported, fstates)
         notes += note
     plan.report = Report(str(target.site), {k: v.version for k, v in dists.items() if v}, tuple(pstates),
-                         tuple(fstates), unsupported, notes=tuple(notes))
+                         tuple(fstates), unsupported, notes=tuple(notes),
+                         advisories=tuple(catalog.advise(target, dists)))
     return plan
 
 

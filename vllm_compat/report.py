@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from .state import DRIFTED, PENDING, STALE, FileState, PatchState
@@ -29,6 +29,7 @@ class Exit(IntEnum):
     NETWORK = 18  # check --against: a release's wheel cannot be fetched (no network, index unreachable)
     UNKNOWN_RELEASE = 19  # check --against: the index has no such release
     PROOF = 20  # prove: the patched stack's hidden states differ from HF transformers (or nothing could run)
+    ADVISORY = 21  # an advisory of the catalogs matches the installed versions (--allow-advisory ID accepts it)
 
 
 class CommandError(Exception):
@@ -48,6 +49,7 @@ class Report:
     unsupported: tuple[str, ...] = ()
     fast: bool = False  # answered from the manifest alone
     notes: tuple[str, ...] = ()  # facts worth a line that change no exit code
+    advisories: tuple = ()  # vllm_compat.catalog.decide.AdvisoryMatch, those whose versions match
 
     @property
     def code(self) -> Exit:
@@ -57,12 +59,20 @@ class Report:
         for state, code in ((DRIFTED, Exit.DRIFTED), (STALE, Exit.STALE), (PENDING, Exit.PENDING)):
             if state in states:
                 return code
+        if any(not a.allowed for a in self.advisories):
+            return Exit.ADVISORY
         return Exit.OK
+
+    def allowing(self, ids: tuple[str, ...] | list[str]) -> "Report":
+        """This report with the advisories ``ids`` accepted (``--allow-advisory``)."""
+        return replace(self, advisories=tuple(replace(a, allowed=a.allowed or a.advisory.id in ids)
+                                              for a in self.advisories))
 
     def to_dict(self) -> dict:
         return {
             "site": self.site, "versions": self.versions, "exit_code": int(self.code),
             "result": self.code.name.lower(), "unsupported": list(self.unsupported), "notes": list(self.notes),
+            "advisories": [a.to_dict() for a in self.advisories],
             "patches": [vars(p) | {"files": list(p.files)} for p in self.patches],
             "files": [vars(f) | {"patches": list(f.patches)} for f in self.files],
         }

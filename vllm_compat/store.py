@@ -83,6 +83,8 @@ class Manifest:
     digests: dict = field(default_factory=dict)  # the parts of `catalog`, to say what changed
     entry_points: dict = field(default_factory=dict)  # the site's catalog entry points, cached
     todo: dict[str, list[str]] = field(default_factory=dict)  # patch id -> fields still "TODO"
+    advisories: list[str] = field(default_factory=list)  # advisories that matched at apply (fast path: none may)
+    absent: list[str] = field(default_factory=list)  # packages the catalogs look at that were not installed
 
     def to_json(self) -> bytes:
         body = {
@@ -95,6 +97,8 @@ class Manifest:
             "digests": self.digests,
             "entry_points": self.entry_points,
             "todo": self.todo,
+            "advisories": self.advisories,
+            "absent": self.absent,
         }
         return (json.dumps(body, indent=1, sort_keys=True) + "\n").encode()
 
@@ -109,7 +113,8 @@ class Manifest:
                 target.path(rel)  # refuses "..", absolute paths and symlinks out of the site
                 files[rel] = FileRecord(**rec)
             return cls(raw["catalog"], raw["dists"], list(raw["patches"]), list(raw["obsolete"]), files,
-                       dict(raw.get("digests", {})), dict(raw.get("entry_points", {})), dict(raw.get("todo", {})))
+                       dict(raw.get("digests", {})), dict(raw.get("entry_points", {})), dict(raw.get("todo", {})),
+                       list(raw.get("advisories", [])), list(raw.get("absent", [])))
         except TargetError:
             raise
         except (ValueError, KeyError, TypeError) as exc:

@@ -12,17 +12,19 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
-import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from . import advisory as advisories
+from .advisory import CONDITIONS, Advisory
+from .decide import AdvisoryMatch, Decision, advised, decide, probe_holds  # noqa: F401 (probe_holds: API)
+from .patch import Patch, forget, registered
 from .sources import BUILTIN, Source, builtin_root, digest
-from .patch import Patch, Probe, forget, registered
 from ..target import Dist, Target
 from .versions import InvalidSpecifier, InvalidVersion, matches, may_overlap
 
-__all__ = ["Catalog", "CatalogError", "Decision", "load"]
+__all__ = ["AdvisoryMatch", "Catalog", "CatalogError", "Decision", "load"]
 
 
 class CatalogError(Exception):
@@ -35,28 +37,25 @@ class CatalogError(Exception):
 
 
 @dataclass(frozen=True)
-class Decision:
-    """Whether one patch applies to the target, and why (or why not)."""
-
-    patch: Patch
-    status: str  # "applicable" | "not-applicable" | "obsolete"
-    reason: str
-
-
-@dataclass(frozen=True)
 class Catalog:
     patches: tuple[Patch, ...]  # in application order
     supported: dict[str, tuple[str, ...]]  # dist -> ranges the catalogs were proven on (any may admit)
     root: Path  # the built-in catalog's folder
     sources: tuple[Source, ...] = ()
-    origin: dict[str, Source] = field(default_factory=dict)  # patch id -> its catalog
+    origin: dict[str, Source] = field(default_factory=dict)  # patch or advisory id -> its catalog
     entry_points: dict = field(default_factory=dict)  # the entry-point scan (cached in the manifest)
+    advisories: tuple[Advisory, ...] = ()
+    checked: dict[str, str] = field(default_factory=dict)  # package bound to vLLM -> why `check` reads it
+
+    def advise(self, target: Target, dists: dict[str, Dist | None]) -> list[AdvisoryMatch]:
+        """The advisories whose ranges and probes hold for what is installed."""
+        return [m for a in self.advisories if (m := advised(a, target, dists)) is not None]
 
     def by_id(self, pid: str) -> Patch:
         return next(p for p in self.patches if p.id == pid)
 
     def decide(self, target: Target, dists: dict[str, Dist | None]) -> list[Decision]:
-        return [_decide(p, target, dists) for p in self.patches]
+        return [decide(p, target, dists) for p in self.patches]
 
     def digest(self) -> str:
         return self.digests()[0]
@@ -94,11 +93,19 @@ def load(sources: list[Source] | None = None, entry_points: dict | None = None) 
     found: list[Patch] = []
     origin: dict[str, Source] = {}
     supported: dict[str, tuple[str, ...]] = {}
+    checked: dict[str, str] = {}
+    advised: list[Advisory] = []
     local: dict[str, dict[str, str]] = {}
     for rank, src in enumerate(sources):
-        patches, sup = _load_builtin() if src.name == BUILTIN else _load_user(src, rank)
-        for pkg, spec in sup.items():
-            supported[pkg] = (*supported.get(pkg, ()), spec)
+        patches, sup, adv, chk = _load_builtin() if src.name == BUILTIN else _load_user(src, rank)
+        for pkg, spec in sup.items():  # a range, or several (any admits)
+            supported[pkg] = (*supported.get(pkg, ()), *((spec,) if isinstance(spec, str) else tuple(spec)))
+        checked.update({str(k): str(v) for k, v in chk.items()})
+        for a in adv:
+            if src.name != BUILTIN:
+                a = replace(a, id=f"{src.name}:{a.id}")
+            origin[a.id] = src
+            advised.append(a)
         local[src.name] = {}
         for p in patches:
             if src.name != BUILTIN:
@@ -115,10 +122,30 @@ def load(sources: list[Source] | None = None, entry_points: dict | None = None) 
     found = [_qualified_after(p, origin[p.id], local) for p in found]
     rank = {s.name: i for i, s in enumerate(sources)}
     ordered = _ordered(_validated(found, origin), {p.id: rank[origin[p.id].name] for p in found})
-    return Catalog(tuple(ordered), supported, Path(sources[0].root), tuple(sources), origin, entry_points or {})
+    _validated_advisories(advised, {p.id for p in found}, origin)
+    return Catalog(tuple(ordered), supported, Path(sources[0].root), tuple(sources), origin, entry_points or {},
+                   tuple(advised), checked)
 
 
-def _load_builtin() -> tuple[list[Patch], dict[str, str]]:
+def _validated_advisories(advised: list[Advisory], patch_ids: set[str], origin: dict[str, Source]) -> None:
+    seen: set[str] = set()
+    for a in advised:
+        who = f"{a.id} ({origin[a.id].describe()})"
+        if a.id in seen or a.id in patch_ids:
+            raise CatalogError(f"duplicate ids: advisory {who} has the id of another patch or advisory")
+        seen.add(a.id)
+        if not a.when:
+            raise CatalogError(f"advisory {who} names no distribution and range ('when')")
+        if a.condition and a.condition not in CONDITIONS:
+            raise CatalogError(f"advisory {who}: unknown condition {a.condition!r} (known: {', '.join(CONDITIONS)})")
+        try:
+            for spec in a.when.values():
+                matches(spec, "0")
+        except (InvalidSpecifier, InvalidVersion) as exc:
+            raise CatalogError(f"advisory {who}: bad version range: {exc}") from exc
+
+
+def _load_builtin() -> tuple[list[Patch], dict, list[Advisory], dict]:
     # The built-in catalog is data to the engine, found by its folder and loaded by module name
     # as user catalogs are: the engine never imports it statically (its modules import the engine).
     from .sources import builtin_root  # noqa: PLC0415
@@ -137,7 +164,8 @@ def _load_builtin() -> tuple[list[Patch], dict[str, str]]:
     # Only what the modules on disk now registered (a module imported earlier in this process
     # registered then, and is not imported again).
     wanted = set(modules)
-    return [p for p in registered() if p.module in wanted], dict(getattr(patches, "SUPPORTED", {}))
+    return ([p for p in registered() if p.module in wanted], dict(getattr(patches, "SUPPORTED", {})),
+            [a for a in advisories.registered() if a.module in wanted], dict(getattr(patches, "CHECKED", {})))
 
 
 def _user_modules(root: Path) -> list[str]:
@@ -154,13 +182,14 @@ def _user_modules(root: Path) -> list[str]:
     return [m for m in out if all(part.isidentifier() for part in m.split("."))]
 
 
-def _load_user(src: Source, rank: int) -> tuple[list[Patch], dict[str, str]]:
+def _load_user(src: Source, rank: int) -> tuple[list[Patch], dict, list[Advisory], dict]:
     if not os.path.isdir(src.root):
-        return [], {}  # the folder `record` is about to create
+        return [], {}, [], {}  # the folder `record` is about to create
     package = f"_vllm_compat_catalog_{rank}"
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
     forget(package)
+    advisories.forget(package)
     root = Path(src.root)
     init = root / "__init__.py"
     if init.is_file():
@@ -186,9 +215,11 @@ def _load_user(src: Source, rank: int) -> tuple[list[Patch], dict[str, str]]:
     finally:
         sys.dont_write_bytecode = quiet
     wanted = {f"{package}.{n}" for n in names}
-    found = [replace(p, module=str(root / (p.module[len(package) + 1 :].replace(".", "/") + ".py")))
-             for p in registered() if p.module in wanted]  # named by its file in messages
-    return found, dict(getattr(module, "SUPPORTED", {}))
+    def named(x):  # named by its file in messages
+        return replace(x, module=str(root / (x.module[len(package) + 1 :].replace(".", "/") + ".py")))
+
+    return ([named(p) for p in registered() if p.module in wanted], dict(getattr(module, "SUPPORTED", {})),
+            [named(a) for a in advisories.registered() if a.module in wanted], dict(getattr(module, "CHECKED", {})))
 
 
 def _qualified_after(p: Patch, src: Source, local: dict[str, dict[str, str]]) -> Patch:
@@ -312,36 +343,3 @@ def _check_conflicts(found: list[Patch], who=lambda p: p.id) -> None:
                 if overlap(p, other):
                     raise CatalogError(f"contradictory patches {who(other)} and {who(p)}: both vendor {s.dest}")
             dests[s.dest] = p.id
-
-
-def probe_holds(target: Target, probe: Probe, dists: dict[str, Dist | None]) -> bool:
-    if dists.get(probe.dist) is None:
-        return False
-    try:
-        text = target.path(probe.file).read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError):
-        found = False
-    else:
-        found = re.search(probe.pattern, text, re.MULTILINE) is not None
-    return found == probe.present
-
-
-def _decide(p: Patch, target: Target, dists: dict[str, Dist | None]) -> Decision:
-    owner = dists.get(p.target)
-    if owner is None:
-        return Decision(p, "not-applicable", f"{p.target} is not installed")
-    if not matches(p.target_versions, owner.version):
-        return Decision(p, "not-applicable", f"{p.target} {owner.version} not in {p.target_versions}")
-    for dep, spec in p.requires.items():
-        d = dists.get(dep)
-        if d is None:
-            return Decision(p, "not-applicable", f"{dep} is not installed")
-        if not matches(spec, d.version):
-            return Decision(p, "not-applicable", f"{dep} {d.version} not in {spec}")
-    for probe in p.probes:
-        if not probe_holds(target, probe, dists):
-            word = "lacks" if probe.present else "has"
-            return Decision(p, "not-applicable", f"{probe.file} {word} /{probe.pattern}/")
-    if p.obsolete_if and all(probe_holds(target, q, dists) for q in p.obsolete_if):
-        return Decision(p, "obsolete", "upstream already has this change")
-    return Decision(p, "applicable", "")
