@@ -178,8 +178,9 @@ def _vllm_root(target: Target) -> str:
 
 
 def check(target: Target, plan: Plan | None = None):
-    """Statically bind the managed files' vLLM imports, calls and methods to the vLLM source
-    installed beside them (:mod:`vllm_compat.check`); returns its ``CheckReport``.
+    """Statically bind the managed files' vLLM imports, calls and methods, and every file of the
+    distributions the catalogs name as binding to vLLM (``CHECKED``: hs-connectors), to the vLLM
+    source installed beside them (:mod:`vllm_compat.check`); returns its ``CheckReport``.
     (``plan``: one made with other catalogs, as ``check --against`` does.)"""
     from pathlib import Path  # noqa: PLC0415
 
@@ -189,11 +190,27 @@ def check(target: Target, plan: Plan | None = None):
     files = {}
     # Every file a catalog patch targets (not only those patched for this vLLM): an unpatched
     # file that calls vLLM must bind too.
-    for rel in sorted({f.path for f in plan.report.files} | {r for p in plan.catalog.patches for r in p.files}):
+    rels = {f.path for f in plan.report.files} | {r for p in plan.catalog.patches for r in p.files}
+    for pkg in sorted(plan.catalog.checked):
+        if plan.dists.get(pkg) is not None:
+            rels |= _python_files(target, pkg)
+    for rel in sorted(rels):
         data = read(target, rel)
         if data is not None:
             files[rel] = data.decode("utf-8", "replace")
     return check_sources(files, Path(_vllm_root(target)))
+
+
+def _python_files(target: Target, package: str) -> set[str]:
+    """The ``.py`` files of an installed import package, relative to the site."""
+    import os  # noqa: PLC0415
+
+    root = target.site / package
+    out = set()
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        out |= {os.path.relpath(os.path.join(folder, n), target.site) for n in names if n.endswith(".py")}
+    return out
 
 
 @dataclass(frozen=True)

@@ -200,12 +200,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "check":
         report = api.check(target)
         if args.json:
-            print(json.dumps({"ok": report.ok, "files_checked": report.files_checked,
-                              "calls_checked": report.calls_checked,
+            code = Exit.OK if report.ok else Exit.CHECK
+            print(json.dumps({"ok": report.ok, "exit_code": int(code), "result": code.name.lower(),
+                              "files_checked": report.files_checked, "calls_checked": report.calls_checked,
+                              "files": list(report.files), "notes": list(report.notes),
                               "findings": [vars(f) for f in report.findings]}, indent=1))
         else:
             for f in report.findings:
                 print(f"{f.file}:{f.line}: {f.kind}: {f.message}")
+            for n in report.notes:
+                print(f"note: {n}")
             print(f"checked {report.files_checked} file(s), {report.calls_checked} vLLM call(s): "
                   f"{'clean' if report.ok else f'{len(report.findings)} finding(s)'}")
         return int(Exit.OK if report.ok else Exit.CHECK)

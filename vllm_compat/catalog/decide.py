@@ -40,9 +40,12 @@ class AdvisoryMatch:
 def probe_holds(target: Target, probe: Probe, dists: dict[str, Dist | None]) -> bool:
     if dists.get(probe.dist) is None:
         return False
-    try:
-        text = target.path(probe.file).read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError):
+    rel = probe.file
+    if not rel or rel.startswith("/") or ".." in rel.split("/"):
+        return False  # (the loader's paths never leave the site; a probe only reads)
+    try:  # read through symlinks: check --against links a release's sources into its scratch site
+        text = (target.site / rel).read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         found = False
     else:
         found = re.search(probe.pattern, text, re.MULTILINE) is not None

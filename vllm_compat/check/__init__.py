@@ -105,6 +105,7 @@ def _check_sources(files: dict[str, str], vllm_root: Path) -> CheckReport:
         overlay[modname] = _Module(modname, Path(path), is_pkg, tree, path)
     local = frozenset(m.split(".")[0] for m in overlay)
     findings: list[Finding] = []
+    notes: list[str] = []
     checked = skipped = 0
     index.overlay = overlay
     try:
@@ -113,9 +114,10 @@ def _check_sources(files: dict[str, str], vllm_root: Path) -> CheckReport:
             fc = _FileChecker(path, source, index, modname, is_pkg, local)
             fc.run()
             findings.extend(fc.findings)
+            notes.extend(fc.notes)
             checked += fc.calls_checked
             skipped += fc.calls_skipped
     finally:
         index.overlay = {}
     findings.sort(key=lambda f: (f.file, f.line, f.kind, f.message))
-    return CheckReport(tuple(findings), len(files), checked, skipped)
+    return CheckReport(tuple(findings), len(files), checked, skipped, tuple(sorted(files)), tuple(notes))

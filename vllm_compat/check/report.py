@@ -11,7 +11,7 @@ PRAGMA = "vllm-compat: ignore"
 class Finding:
     file: str  # path as given
     line: int
-    kind: str  # "unresolved-import" | "bad-call" | "missing-attribute" | "syntax-error"
+    kind: str  # "unresolved-import" | "bad-call" | "missing-attribute" | "bad-override" | "syntax-error"
     message: str
 
 
@@ -21,6 +21,8 @@ class CheckReport:
     files_checked: int
     calls_checked: int  # vLLM calls bound to a signature (so a vacuous pass is visible)
     calls_skipped: int = 0  # vLLM calls seen but not bound (unpacking, guards, unknown targets)
+    files: tuple[str, ...] = ()  # the files checked, as given
+    notes: tuple[str, ...] = ()  # facts worth a line that are not findings (a dead constant preference)
 
     @property
     def ok(self) -> bool:

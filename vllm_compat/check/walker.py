@@ -12,11 +12,12 @@ from .imports import _ImportChecks
 from .index import _Index
 from .inference import _TypeInference
 from .objects import _Obj
+from .overrides import _OverrideChecks
 from .report import PRAGMA, Finding
 from .scopes import _Scope, _walk_same_scope
 
 
-class _FileChecker(_ImportChecks, _TypeInference, _CallChecks):
+class _FileChecker(_ImportChecks, _TypeInference, _CallChecks, _OverrideChecks):
     def __init__(self, path: str, source: str, index: _Index, modname: str = "",
                  is_pkg: bool = False, local_packages: frozenset = frozenset()):
         self.path = path
@@ -26,6 +27,7 @@ class _FileChecker(_ImportChecks, _TypeInference, _CallChecks):
         self.source = source
         self.index = index
         self.findings: list[Finding] = []
+        self.notes: list[str] = []  # facts worth a line that are not findings
         self.calls_checked = 0
         self.calls_skipped = 0
         self.lines = source.splitlines()
@@ -92,6 +94,8 @@ class _FileChecker(_ImportChecks, _TypeInference, _CallChecks):
                 self._check_call(node)
             elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 self._check_attribute(node)
+        # methods overriding a vLLM base's
+        self._check_overrides()
 
     def _build_scopes(self, body: Iterable[ast.AST], scope: _Scope,
                       cls: ast.ClassDef | None) -> None:

@@ -49,8 +49,10 @@ class AgainstReport:
     patches: tuple[PatchResult, ...]
     files_checked: int = 0
     calls_checked: int = 0
-    other_findings: tuple[str, ...] = ()  # findings in files no applicable patch edits
+    other_findings: tuple[str, ...] = ()  # findings in files no applicable patch edits (hs-connectors' among them)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    files: tuple[str, ...] = ()  # the files the API check read
+    advisories: tuple = ()  # AdvisoryMatch: known-bad combinations the release would make
 
     @property
     def code(self) -> Exit:
@@ -61,6 +63,8 @@ class AgainstReport:
             return Exit.CHECK
         if not self.in_range and (APPLIES not in states or not self.calls_checked):
             return Exit.UNSUPPORTED  # outside the range and the catalogs do not reach it: nothing was proven
+        if self.advisories:
+            return Exit.ADVISORY
         return Exit.OK
 
     def to_dict(self) -> dict:
@@ -68,7 +72,8 @@ class AgainstReport:
                 "unsupported": list(self.unsupported), "exit_code": int(self.code), "result": self.code.name.lower(),
                 "files_checked": self.files_checked, "calls_checked": self.calls_checked,
                 "patches": [vars(p) | {"findings": list(p.findings)} for p in self.patches],
-                "other_findings": list(self.other_findings), "notes": list(self.notes)}
+                "other_findings": list(self.other_findings), "notes": list(self.notes), "files": list(self.files),
+                "advisories": [a.to_dict() for a in self.advisories]}
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -167,7 +172,7 @@ def build_scratch(target: Target, catalog, whls: list[Path], scratch: Path) -> d
         dist = target.find(pkg)
         if dist is None:
             continue
-        if pkg in patched:
+        if pkg in patched or pkg in catalog.checked:  # real files: apply edits them, check reads them
             _copy_pristine(target, dist, pkg, scratch)
         else:
             src = target.site / pkg if (target.site / pkg).exists() else target.site / f"{pkg}.py"
@@ -223,12 +228,14 @@ def check_against(target: Target, specs: list[str], files: list[str]) -> Against
             rest = dataclasses.replace(catalog, patches=tuple(p for p in catalog.patches if p.id not in failing))
             plan = make_plan(st, catalog=rest)
             api.apply_plan(plan, dry_run=False, allow_unsupported=True)
-        report = api.check(st, plan=make_plan(st, catalog=plan.catalog))
+        final = make_plan(st, catalog=plan.catalog)
+        report = api.check(st, plan=final)
         versions = {k: v.version for k, v in plan.dists.items() if v}
-    return _summarize(target, catalog, plan, failing, report, versions, used, unsupported)
+        advisories = final.report.advisories
+    return _summarize(target, catalog, plan, failing, report, versions, used, unsupported, advisories)
 
 
-def _summarize(target, catalog, plan, failing, report, versions, used, unsupported) -> AgainstReport:
+def _summarize(target, catalog, plan, failing, report, versions, used, unsupported, advisories) -> AgainstReport:
     by_file: dict[str, list[str]] = {}
     for p in catalog.patches:
         for rel in (*p.files, *(s.dest for s in p.shims)):
@@ -255,12 +262,13 @@ def _summarize(target, catalog, plan, failing, report, versions, used, unsupport
         else:
             d = decided.get(p.id)
             results.append(PatchResult(p.id, d.status if d else "not-applicable", d.reason if d else ""))
-    notes = ()
+    notes = report.notes
     if unsupported and not (applied and report.calls_checked):
-        notes = ("outside the proven range, and no patch applies or no vLLM call was bound: the catalogs "
-                 "do not reach this release (a catalog update is needed)",)
+        notes += ("outside the proven range, and no patch applies or no vLLM call was bound: the catalogs "
+                  "do not reach this release (a catalog update is needed)",)
     elif unsupported:
-        notes = ("outside the proven range: after the upgrade, `vllm-compat apply --allow-unsupported` "
-                 "then `vllm-compat prove` lets this machine supply the proof",)
+        notes += ("outside the proven range: after the upgrade, `vllm-compat apply --allow-unsupported` "
+                  "then `vllm-compat prove` lets this machine supply the proof",)
     return AgainstReport(str(target.site), versions, used, not unsupported, tuple(unsupported), tuple(results),
-                         report.files_checked, report.calls_checked, tuple(other), notes)
+                         report.files_checked, report.calls_checked, tuple(other), notes, report.files,
+                         tuple(advisories))

@@ -37,6 +37,8 @@ def run_against(target: Target, args: argparse.Namespace) -> int:
         print(f"unpatched file: {f}")
     for n in report.notes:
         print(f"note: {n}")
+    for m in report.advisories:
+        print(f"advisory {m.advisory.id}: {m.advisory.title}\n  why: {m.advisory.why}\n  fix: {m.advisory.fix}")
     print(f"\nchecked {report.files_checked} file(s), {report.calls_checked} vLLM call(s); "
           f"result: {report.code.name.lower()} (exit {int(report.code)})")
     return int(report.code)
