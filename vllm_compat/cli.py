@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
                  help="accept this advisory (a known-bad combination that does not apply to you): exit 0, not 21")
     s.add_argument("--allow-advisory", **allow)
     a = cmd("apply", "apply every applicable patch, all files or none")
+    a.add_argument("--json", action="store_true")
     a.add_argument("--dry-run", action="store_true", help="print the unified diff, write nothing")
     a.add_argument("--allow-unsupported", action="store_true", help="patch versions outside the proven range")
     v = cmd("verify", "exit 0 only when the patch state is complete and intact (never writes)")
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--allow-unsupported", action="store_true")
     v.add_argument("--allow-advisory", **allow)
     r = cmd("revert", "restore the wheel's files (proven against RECORD) and remove shims and state")
+    r.add_argument("--json", action="store_true")
     r.add_argument("--force", action="store_true", help="also discard hand edits")
     cmd("diff", "show managed files against the wheel's pristine content")
     c = cmd("check", "statically bind the patched code's vLLM imports and calls to the installed vLLM "
@@ -165,7 +167,10 @@ def _run(args: argparse.Namespace) -> int:
         return int(code)
     if args.command == "apply":
         res = api.apply(target, dry_run=args.dry_run, allow_unsupported=args.allow_unsupported)
-        if res.dry_run:
+        if args.json:
+            print(json.dumps({"exit_code": 0, "result": "ok", "dry_run": res.dry_run, "nothing_to_do": res.nothing_to_do,
+                              "written": list(res.written), "diffs": res.diffs}, indent=1))
+        elif res.dry_run:
             sys.stdout.write("".join(res.diffs.values()))
             print(f"dry run: {len(res.diffs)} file(s) would change; nothing written")
         elif res.nothing_to_do:
@@ -177,6 +182,10 @@ def _run(args: argparse.Namespace) -> int:
         return int(Exit.OK)
     if args.command == "revert":
         res = api.revert(target, force=args.force)
+        if args.json:
+            print(json.dumps({"exit_code": 0, "result": "ok", "restored": list(res.restored),
+                              "removed": list(res.removed)}, indent=1))
+            return int(Exit.OK)
         if not res.restored and not res.removed:
             print("nothing to revert")
         for rel in res.restored:

