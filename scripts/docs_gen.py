@@ -39,10 +39,18 @@ def catalog() -> str:
     sys.path.insert(0, str(ROOT))
     from vllm_compat.catalog.loader import load  # noqa: PLC0415
 
+    from vllm_compat.catalog.advisory import CONDITIONS  # noqa: PLC0415
+
+    catalog = load()
     rows = ["| patch | speculators | requires | what it fixes | remove when |", "|---|---|---|---|---|"]
-    for p in load().patches:
+    for p in catalog.patches:
         req = ", ".join(f"{k} {v}" for k, v in sorted(p.requires.items())) or "-"
         rows.append(f"| `{p.id}` | {p.target_versions} | {req} | {p.title} | {p.remove_when} |")
+    rows += ["", "Advisories (known-bad combinations no patch fixes: `status` and `verify` exit 21):", "",
+             "| advisory | when | only when | what goes wrong | upstream | fix |", "|---|---|---|---|---|---|"]
+    for a in catalog.advisories:
+        when = ", ".join(f"{k} {v}" for k, v in sorted(a.when.items()))
+        rows.append(f"| `{a.id}` | {when} | {CONDITIONS.get(a.condition, '-')} | {a.why} | {a.upstream} | {a.fix} |")
     return "\n".join(rows)
 
 

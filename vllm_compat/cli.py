@@ -98,6 +98,14 @@ def _parser() -> argparse.ArgumentParser:
     pr = cmd("prove", "run the patched stack against HF transformers on tiny offline models and record a "
                       "proof that lets status/apply accept these exact files outside the proven range")
     pr.add_argument("--json", action="store_true")
+    pr.add_argument("--server", action="store_true",
+                    help="the server path (vllm serve + the hidden-states connector, as speculators 0.5-0.9 use it); "
+                         "the default where the site's speculators has no generator")
+    pr.add_argument("--connector", default="", metavar="MODULE:CLASS",
+                    help="prove this hidden-states connector instead of vLLM's (FILE.py:CLASS puts FILE's folder on "
+                         "the path); records no proof")
+    pr.add_argument("--arch", action="append", default=[], metavar="NAME",
+                    help="only this tiny model (repeatable); records no proof")
     rec = cmd("record", "turn hand edits of installed files into a patch module NAME.py in a user catalog "
                         "(the first --catalog, else pyproject.toml's first)")
     rec.add_argument("name", metavar="NAME", help="the module's name; the patch ids are PACKAGE.NAME")

@@ -70,8 +70,10 @@ def test_catalog_page_and_changelog_list_every_patch() -> None:
                            check=True, capture_output=True, text=True).stdout.strip()
     assert table in (root / "docs" / "catalog.md").read_text(), "docs/catalog.md is stale: scripts/catalog_table.py --write"
     changelog = (root / "CHANGELOG.md").read_text()
-    missing = [p.id for p in load().patches if f"`{p.id}`" not in changelog]
+    catalog = load()
+    missing = [x.id for x in (*catalog.patches, *catalog.advisories) if f"`{x.id}`" not in changelog]
     assert not missing, f"CHANGELOG.md does not list {missing}"
+    assert catalog.advisories and all(f"`{a.id}`" in table for a in catalog.advisories)
 
 
 def test_user_catalogs_are_namespaced_ordered_and_widen_the_proven_ranges(tmp_path) -> None:

@@ -47,11 +47,11 @@ def run_against(target: Target, args: argparse.Namespace) -> int:
 def run_prove(target: Target, args: argparse.Namespace) -> int:
     from .prove import prove  # noqa: PLC0415
 
-    result = prove(target)
+    result = prove(target, True if args.server else None, args.connector, tuple(args.arch))
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
         return int(result.code)
-    print(f"site-packages: {target.site}")
+    print(f"site-packages: {target.site} ({result.method} path)")
     print("  " + ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items())))
     for arch, r in result.results.items():
         if r["status"] == "skipped":
@@ -59,7 +59,7 @@ def run_prove(target: Target, args: argparse.Namespace) -> int:
         else:
             print(f"  {arch}: {r['status']}: worst rel. error {r['worst']:.3g} (tolerance {r['tolerance']:g}), "
                   f"{r['cases']} case(s), {r['seconds']:.1f} s" + (f": {r['reason']}" if r.get("reason") else ""))
-    if result.code == Exit.OK:
+    if result.code == Exit.OK and result.path:
         print(f"proof recorded in {result.path} ({result.date}, {len(result.files)} patched file(s) bound)")
     print(f"result: {result.code.name.lower()} (exit {int(result.code)}, {result.seconds:.0f} s)")
     return int(result.code)
