@@ -49,10 +49,13 @@ def probe_files() -> set[str]:
     from vllm_compat.catalog.loader import load
 
     out = set()
-    for p in load().patches:
+    catalog = load()
+    for p in catalog.patches:
         for q in (*p.probes, *p.obsolete_if):
             if q.dist != "speculators":
                 out.add(q.file)
+    for a in catalog.advisories:
+        out |= {q.file for q in a.probes if q.dist == "vllm"}
     return out
 
 

