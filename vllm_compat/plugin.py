@@ -4,8 +4,9 @@ Wheels cannot run install hooks and ``.pth`` start-up hooks are a supply-chain r
 the reminder after ``pip install -U vllm`` (or speculators) comes from vLLM itself: it loads
 general plugins at start in every process.  The check finds where speculators is installed
 (without importing it), and when its managed files are pending, stale or drifted logs a
-warning naming ``vllm-compat apply``.  ``VLLM_COMPAT_STRICT=1`` turns the warning into an
-error; ``VLLM_COMPAT_PLUGIN=0`` disables the check.
+warning naming ``vllm-compat apply``, and when an advisory matches (a known-bad combination,
+speculators 0.5-0.9's server path among them) names it and its fix.  ``VLLM_COMPAT_STRICT=1``
+turns the warning into an error; ``VLLM_COMPAT_PLUGIN=0`` disables the check.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def problem(site: str) -> str | None:
     report = status(Target.resolve(site))
     if report.code == Exit.OK:
         return None
+    if report.code == Exit.ADVISORY:  # nothing for apply to do: an upgrade is the fix
+        return "; ".join(f"vllm-compat: advisory {m.advisory.id} matches {site}: {m.advisory.title}. "
+                         f"Fix: {m.advisory.fix}" for m in report.advisories)
     bad = [f"{f.path} ({f.state})" for f in report.files if f.state != "applied"]
     return (f"vllm-compat: speculators patch state is {report.code.name.lower()} in {site}: "
             f"{', '.join(bad) or '; '.join(report.unsupported)}. Run: vllm-compat apply --site-packages {site}")

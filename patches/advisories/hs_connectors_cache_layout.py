@@ -17,7 +17,7 @@ VLLM = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_conne
 register(Advisory(
     id="hs_connectors_cache_layout",
     title="hs-connectors 0.7 reads vLLM >= 0.29's hidden-states cache with the old [blocks, block_size, ...] layout",
-    when={"hs_connectors": "<0.8", "vllm": ">=0.29"},
+    when={"hs_connectors": "<0.8", "vllm": ">=0.29", "speculators": ">=0.5"},  # (0.3/0.4 never load it)
     condition="mooncake-backend",
     why="vLLM 0.29 views the hidden-states cache as [blocks, heads, block_size, hidden]; hs-connectors 0.7's "
         "own extract_from_kv_cache still takes shape[1] (the heads) as the block size and asks for layout "

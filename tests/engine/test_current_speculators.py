@@ -56,7 +56,7 @@ def test_the_layout_advisory_on_hs_connectors_0_7_and_vllm_0_30(sites):
         report = json.loads(proc.stdout)
         assert report["result"] == "advisory" and report["versions"]["hs_connectors"] == "0.7.0"
         (found,) = report["advisories"]
-        assert found["id"] == LAYOUT and found["versions"] == {"hs_connectors": "0.7.0", "vllm": "0.30.0"}
+        assert found["id"] == LAYOUT and found["versions"] == {"hs_connectors": "0.7.0", "vllm": "0.30.0", "speculators": "0.9.0"}
         assert "#51718" in found["upstream"] and "hs-connectors>=0.8" in found["fix"] and found["why"]
     text = cli("status", "--site-packages", str(sites["0.7.0"]))
     assert text.returncode == 21 and f"advisory {LAYOUT}:" in text.stdout and "fix: pip install" in text.stdout
@@ -163,16 +163,40 @@ def test_a_hybrid_verifier_on_vllm_0_24_is_advised_and_zeros_are_explained(tmp_p
     assert results["llama"]["advisories"] == [] and "no advisory of the catalogs explains it" in results["llama"]["reason"]
 
 
-def test_verify_leaves_its_fast_path_when_an_advised_distribution_arrives(site):
-    """A patched speculators 0.3.0 / vLLM 0.32.0 site verifies from hashes alone; installing
-    hs-connectors 0.7.0 afterwards changes none of the hashed files, yet the layout advisory now
-    matches: verify must take the full path and say so (the manifest lists what was absent)."""
-    assert cli("apply", "--site-packages", str(site)).returncode == 0
+USER_ADVISORY = """from vllm_compat.catalog.advisory import Advisory, register
+
+register(Advisory(id="old_hs", title="our trainer reads hs-connectors 0.8+ files only", when={"hs_connectors": "<0.8"},
+                  why="the 0.7 file layout", upstream="our issue 12", fix="pip install 'hs-connectors>=0.8'"), __name__)
+"""
+
+
+def test_verify_leaves_its_fast_path_when_an_advised_distribution_arrives(site, tmp_path):
+    """A patched speculators 0.3.0 / vLLM 0.32.0 site verifies from hashes alone.  A user
+    catalog's advisory names hs-connectors < 0.8, not installed at apply; installing it afterwards
+    changes none of the hashed files, yet the advisory now matches: verify must take the full
+    path and say so (the manifest lists what was absent)."""
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "old_hs.py").write_text(USER_ADVISORY)
+    assert cli("apply", "--site-packages", str(site), "--catalog", str(team)).returncode == 0
     manifest = json.loads((site / ".vllm_compat" / "manifest.json").read_text())
     assert "hs_connectors" in manifest["absent"] and manifest["advisories"] == []
-    assert cli("verify", "--site-packages", str(site)).stdout.startswith("ok: ")  # the fast path's line
+    proc = cli("verify", "--site-packages", str(site), "--catalog", str(team))
+    assert proc.returncode == 0 and proc.stdout.startswith("ok: "), proc.stdout  # the fast path's line
     kit.upstream.unpack(kit.upstream.wheel("hs-connectors", "0.7.0"), site)
-    proc = cli("verify", "--json", "--site-packages", str(site))
+    proc = cli("verify", "--json", "--site-packages", str(site), "--catalog", str(team))
     assert proc.returncode == 21, proc.stdout + proc.stderr
-    assert [a["id"] for a in json.loads(proc.stdout)["advisories"]] == [LAYOUT]
-    assert cli("verify", "--site-packages", str(site), "--allow-advisory", LAYOUT).returncode == 0
+    assert [a["id"] for a in json.loads(proc.stdout)["advisories"]] == ["team:old_hs"]  # namespaced
+    proc = cli("verify", "--site-packages", str(site), "--catalog", str(team), "--allow-advisory", "team:old_hs")
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_every_vllm_process_names_a_matching_advisory(sites):
+    """The vllm.general_plugins hook (run at every vLLM start) warns with the advisory and its fix,
+    not with "run vllm-compat apply", which would change nothing."""
+    from vllm_compat.plugin import problem
+
+    message = problem(str(sites["0.7.0"]))
+    assert message.startswith(f"vllm-compat: advisory {LAYOUT} matches") and "Fix: pip install 'hs-connectors>=0.8'" in message
+    assert "vllm-compat apply" not in message
+    assert problem(str(sites["0.9.0"])) is None
