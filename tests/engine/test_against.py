@@ -155,10 +155,22 @@ def test_a_call_vllm_does_not_have_is_an_api_problem_exit_14(applied_site, tmp_p
 
 
 def test_a_release_the_catalogs_do_not_reach_is_exit_13(applied_site):
-    """speculators 0.9.0 (newer than every patch's range): nothing applies, nothing is proven."""
-    proc = cli("check", "--site-packages", str(applied_site), "--against", "speculators==0.9.0", "--json")
+    """speculators 0.2.0 (older than every patch's range): nothing applies, nothing is proven."""
+    proc = cli("check", "--site-packages", str(applied_site), "--against", "speculators==0.2.0", "--json")
     assert proc.returncode == 13, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout)
-    assert not report["in_range"] and "speculators 0.9.0 is outside the proven range" in report["unsupported"][0]
+    assert not report["in_range"] and "speculators 0.2.0 is outside the proven range" in report["unsupported"][0]
     assert not any(p["state"] == "applies" for p in report["patches"])
-    assert "do not reach this release" in report["notes"][0]
+    assert any("do not reach this release" in n for n in report["notes"])
+
+
+def test_speculators_0_9_with_its_hs_connectors_is_checked_not_refused(applied_site):
+    """speculators 0.9.0 has nothing to patch: from a patched 0.4.0 site, the check of 0.9.0 with
+    the hs-connectors it pins binds hs-connectors' files to the installed vLLM (was: exit 13)."""
+    proc = cli("check", "--site-packages", str(applied_site), "--against", "speculators==0.9.0",
+               "--against", "hs-connectors==0.9.0", "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["in_range"] and report["versions"]["speculators"] == "0.9.0"
+    assert not any(p["state"] == "applies" for p in report["patches"])
+    assert "hs_connectors/fp8_hidden_states_connector.py" in report["files"] and report["calls_checked"] >= 5

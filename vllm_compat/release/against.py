@@ -160,8 +160,8 @@ def build_scratch(target: Target, catalog, whls: list[Path], scratch: Path) -> d
         info, tops = _wheel_packages(whl)
         if tops & set(replaced):
             raise CommandError(f"two wheels provide {', '.join(sorted(tops & set(replaced)))}", Exit.USAGE)
-        if tops & patched:
-            wheels.unpack(whl, scratch)  # real files: apply edits them
+        if tops & (patched | set(catalog.checked)):
+            wheels.unpack(whl, scratch)  # real files: apply edits them, check reads them
         else:
             tree = wheels.source_tree(whl)  # the Python sources are all the check reads
             for entry in sorted(os.listdir(tree)):
