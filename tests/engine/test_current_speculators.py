@@ -200,3 +200,15 @@ def test_every_vllm_process_names_a_matching_advisory(sites):
     assert message.startswith(f"vllm-compat: advisory {LAYOUT} matches") and "Fix: pip install 'hs-connectors>=0.8'" in message
     assert "vllm-compat apply" not in message
     assert problem(str(sites["0.9.0"])) is None
+
+
+def test_status_and_verify_with_advisories_import_nothing_heavy(sites):
+    for command in ("status", "verify"):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "vllm_compat", command, "--site-packages",
+                               str(sites["0.7.0"])], capture_output=True, text=True, cwd=kit.REPO,
+                              env=dict(os.environ, PYTHONPATH=str(kit.REPO)))
+        assert proc.returncode == 21, proc.stdout + proc.stderr
+        mods = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+        assert "vllm_compat.catalog.decide" in mods  # the trace is real
+        heavy = {m for m in mods if m.split(".")[0] in ("libcst", "torch", "vllm", "speculators", "hs_connectors")}
+        assert not heavy, f"{command} imported {sorted(heavy)}"
