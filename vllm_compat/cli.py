@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-    except UsageError as exc:
+    except UsageError as exc:  # (argparse's message already reads "vllm-compat ...: error: ...")
         return _fail(str(exc), Exit.USAGE, "--json" in argv, usage=exc.usage)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s: %(message)s")
     as_json = bool(getattr(args, "json", False))
@@ -294,7 +294,7 @@ def _fail(message: str, code: Exit, as_json: bool, usage: str = "") -> int:
         print(json.dumps({"exit_code": int(code), "result": code.name.lower(), "error": message}, indent=1))
     else:
         sys.stderr.write(usage)
-        print(message if code == Exit.USAGE else f"vllm-compat: error: {message}", file=sys.stderr)
+        print(message if usage else f"vllm-compat: error: {message}", file=sys.stderr)
     return int(code)
 
 

@@ -79,11 +79,12 @@ def fresh_catalog() -> None:
     """Forget the imported catalog so the next ``catalog.load()`` reads ``patches/`` afresh, as a
     new process would (the catalog is edited while tests run; ``load()`` in a process that
     loaded an older catalog only returns the patches registered since)."""
-    from vllm_compat import patch
+    from vllm_compat.catalog import advisory, patch
 
     for name in [m for m in sys.modules if m == "patches" or m.startswith("patches.")]:
         del sys.modules[name]
     patch._REGISTRY.clear()
+    advisory._REGISTRY.clear()
 
 
 def run_forked(argv: list[str], crash_at: int, when: str) -> tuple[bool, int, int]:

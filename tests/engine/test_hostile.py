@@ -154,17 +154,17 @@ def _as_version(site: Path, version: str) -> None:
 
 
 def test_unknown_speculators_version(site: Path) -> None:
-    _as_version(site, "0.9.0")
-    refused(site, ("apply",), UNSUPPORTED, ("speculators 0.9.0", "--allow-unsupported"))
+    _as_version(site, "0.10.0")
+    refused(site, ("apply",), UNSUPPORTED, ("speculators 0.10.0", "--allow-unsupported"))
     st = cli(site, "status")
-    assert st.returncode == UNSUPPORTED and "speculators 0.9.0 is outside the proven range" in st.stdout, show(st)
+    assert st.returncode == UNSUPPORTED and "speculators 0.10.0 is outside the proven range" in st.stdout, show(st)
     ver = cli(site, "verify")
     assert ver.returncode == UNSUPPORTED, show(ver)
     before = kit.snapshot(site)
     res = cli(site, "apply", "--allow-unsupported")
     assert res.returncode == 0, show(res)
     assert "nothing to do" in res.stdout or "applied" in res.stdout, show(res)
-    if "nothing to do" in res.stdout:  # no patch covers 0.9.0: not a byte written
+    if "nothing to do" in res.stdout:  # no patch covers 0.10.0: not a byte written
         assert not kit.snapshot_diff(before, kit.snapshot(site))
     ver = cli(site, "verify", "--allow-unsupported")
     assert ver.returncode == 0, show(ver)
