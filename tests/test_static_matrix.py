@@ -43,7 +43,8 @@ def test_the_matrix_covers_the_catalogs_proven_ranges():
 
     m = _load()
     assert all(matches(SUPPORTED["vllm"], v) for v in m.VLLM)
-    assert all(matches(SUPPORTED["speculators"], s) for s in m.SPECULATORS)
+    patched = SUPPORTED["speculators"][0]  # (the second range, 0.5-0.9, has nothing to patch: current_matrix.py)
+    assert all(matches(patched, s) for s in m.SPECULATORS)
     newest = tuple(map(int, m.VLLM[-1].split(".")))
     assert not matches(SUPPORTED["vllm"], f"{newest[0]}.{newest[1] + 1}.0")
 
