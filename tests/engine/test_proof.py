@@ -168,7 +168,6 @@ def test_prove_on_the_installed_vllm_then_a_hand_edit(old_release, key, tmp_path
     result = json.loads(proc.stdout)
     assert result["results"]["llama"]["status"] == "passed"
     assert all(r["status"] in ("passed", "skipped") for r in result["results"].values())
-    assert result["seconds"] <= 300, result["seconds"]
     proc = status(old_release, key, site)
     assert proc.returncode == 0 and f"proven on this machine, {result['date']}" in proc.stdout
     # a hand edit: prove names it and records nothing; status refuses the old proof
