@@ -267,7 +267,7 @@ def train(opts: TrainOptions) -> TrainResult:
         trainer_cls = _cpu_trainer(trainer_mod.Trainer, sp["apply_fully_sharded"]) if opts.device == "cpu" else trainer_mod.Trainer
         if opts.loop == "fast":
             loader, trainer_cls = fast_setup(trainer_cls, files, batches, max_len=opts.max_len, num_layers=len(layer_ids),
-                                             hidden_size=layer_cfg.hidden_size, device=opts.device,
+                                             hidden_size=config.transformer_layer_config.hidden_size, device=opts.device,
                                              precision=opts.precision, transform=transform,
                                              deadline=started + 60 * opts.max_minutes if opts.max_minutes else None)
         elif opts.max_minutes:
