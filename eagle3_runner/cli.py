@@ -43,6 +43,7 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     from .config.flags import add_command_flags, add_flag
     from .config.keys import key
     from .train import vocab as vocab_mod
+    from .run import TINY_STEPS
 
     s = cmd("prepare", "chat or text rows -> token rows with a loss mask", prepare_mod.__doc__)
     s.add_argument("--model", required=True, type=Path, help="model folder (its tokenizer, and its chat template by default)")
@@ -87,7 +88,7 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     s.add_argument("--tiny", action="store_true", help="build a learnable tiny Llama and chat prompts offline and run on them")
     s.add_argument("--workdir", type=Path, default=Path("runs/tiny"), help="with --tiny (default runs/tiny)")
     add_flag(s, key("extract", "backend"), help="with --tiny: the extract backend (default vllm)")
-    add_flag(s, key("train", "steps"), default=150, help="with --tiny: training steps (default 150)")
+    add_flag(s, key("train", "steps"), default=TINY_STEPS, help=f"with --tiny: training steps (default {TINY_STEPS})")
     s.add_argument("--arch", default="llama", help="with --tiny: the verifier (eagle3_runner.tiny.arch, e.g. qwen3)")
     add_flag(s, key("prepare", "chat_template"), metavar="FILE|NAME",
              help="overrides [prepare] chat_template: a Jinja file or llama-3 | chatml | deepseek | kimi")
@@ -191,10 +192,12 @@ def _cmd_eval(a: argparse.Namespace) -> int:
 
 def _print_losses(checkpoint: Path, losses: list[float]) -> None:
     from .common.plot import loss_plot, loss_table
+    from .common.formats import LOSS_LOG
 
     print(f"checkpoint: {checkpoint}")
     if losses:
-        print(f"training loss ({len(losses)} steps, {losses[0]:.4f} -> {losses[-1]:.4f}):")
+        print(f"training loss ({len(losses)} steps, {losses[0]:.4f} -> {losses[-1]:.4f}; every step in "
+              f"{checkpoint.parent / LOSS_LOG}):")
         print(loss_plot(losses))
         print(loss_table(losses))
 
@@ -220,25 +223,29 @@ def _cmd_train(a: argparse.Namespace) -> int:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    from .run import acceptance_problem, example_config, load_config, run_pipeline, tiny_config
+    from .run import LOGS, STEPS, acceptance_problem, example_config, load_config, plan, run_pipeline, tiny_config
 
     if a.example_config:
         print(example_config(), end="")
         return ExitCode.OK
-    if a.tiny:
-        cfg = tiny_config(a.workdir, backend=a.backend, steps=a.steps, arch=a.arch)
-    elif a.config:
-        cfg = load_config(a.config)
-    else:
+    if not (a.tiny or a.config):
         print("eagle3 run: give CONFIG.toml, --tiny or --example-config", file=sys.stderr)
         return ExitCode.USAGE
+    if not a.verbose:  # each step's output in WORK/logs/STEP.log; bars and milestones here
+        from .common.console import set_quiet
+
+        set_quiet()
+    cfg = None if a.tiny else load_config(a.config)
+    steps, workdir = (["tiny_verifier", *STEPS], a.workdir.absolute()) if cfg is None else (plan(cfg), cfg.workdir)
+    print(f"eagle3 run: {' -> '.join(s.replace('_', '-') for s in steps)} in {workdir}"
+          + ("" if a.verbose else f"\n  each step's output goes to {workdir / LOGS}/STEP.log (-v shows it here)"),
+          flush=True)
+    if cfg is None:
+        cfg = tiny_config(a.workdir, backend=a.backend, steps=a.steps, arch=a.arch)
     if a.chat_template:  # a file named on the command line is relative to the cwd, not the config
         template = Path(a.chat_template)
         cfg.prepare["chat_template"] = str(template.resolve()) if template.is_file() else a.chat_template
     r = run_pipeline(cfg, force=a.force)
-    if r.extract:
-        e = r.extract
-        print(f"extract: {e.written} samples written, {e.skipped} already done ({e.output})")
     if r.skipped:
         print(f"skipped (already complete): {', '.join(r.skipped)}")
     _print_losses(r.checkpoint, r.losses)

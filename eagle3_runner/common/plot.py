@@ -28,5 +28,9 @@ def loss_plot(losses: Sequence[float], height: int = 8, width: int = 60) -> str:
     return "\n".join(rows)
 
 
-def loss_table(losses: Sequence[float]) -> str:
-    return "\n".join(f"  step {i:4d}  loss {v:.6f}" for i, v in enumerate(losses, start=1))
+def loss_table(losses: Sequence[float], rows: int = 6) -> str:
+    """The loss at ``rows`` milestones, the first and the last step included (every step is in
+    the checkpoint's loss.jsonl); steps counted from 1, as the training log counts them."""
+    n = len(losses)
+    steps = sorted({1 + round(i * (n - 1) / max(rows - 1, 1)) for i in range(rows)}) if n else []
+    return "\n".join(f"  step {i:4d}  loss {losses[i - 1]:.6f}" for i in steps)

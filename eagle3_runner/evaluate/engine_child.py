@@ -20,7 +20,10 @@ from ..common.errors import EnvironmentProblem
 def run_in_child(entry: Sequence[str], request: dict[str, Any], timeout: float, env: dict[str, str] | None = None,
                  log: Path | None = None) -> dict[str, Any]:
     """``python ENTRY --request FILE --result FILE`` with ``request``; its result.  ``log``: where
-    the child's output goes (kept), else a temporary file."""
+    the child's output goes (kept), else the running step's log, else a temporary file."""
+    from ..common.console import step_log
+
+    log = log or step_log()
     with tempfile.TemporaryDirectory(prefix="eagle3-engine-") as tmp:
         rq, rs = Path(tmp) / "request.json", Path(tmp) / "result.json"
         rq.write_text(json.dumps(request))

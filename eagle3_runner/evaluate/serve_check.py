@@ -210,17 +210,25 @@ def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Promp
     max_model_len = max_model_len or -(-(longest + max(lengths) + k + 1) // 32) * 32
     base = ServeRequest(str(verifier), str(draft), [p if isinstance(p, str) else list(p) for p in prompts],
                         lengths, k, max(max_model_len, 64), dtype, prefix_caching)
+    from ..common.progress import bar
+
+    progress = bar(2 if reference else 1, "serve-check", "engine")  # an engine serves every prompt at once
+    progress.set_postfix_str(f"{len(prompts)} prompts with the draft")
     served = _in_child(base, timeout, env)
+    progress.update(1)
     out = {**summarize(served, k), "prompts": len(prompts), "generated_tokens": sum(len(o) for o in served["outputs"]),
            "seconds": {"load": served["load_seconds"], "generate": served["generate_seconds"]},
            "prefix_caching": served["prefix_caching"], "prefix_caching_off_because": served["prefix_caching_off_because"]}
     if reference:
+        progress.set_postfix_str(f"{len(prompts)} prompts without it (the reference)")
         ref = _in_child(ServeRequest(**{**base.__dict__, "draft": None, "prefix_caching": served["prefix_caching"]}),
                         timeout, env)
+        progress.update(1)
         same = [a == b for a, b in zip(served["outputs"], ref["outputs"])]
         out["outputs_equal_reference"] = all(same)
         out["outputs_differing"] = [i for i, s in enumerate(same) if not s]
         out["seconds"]["reference"] = ref["load_seconds"] + ref["generate_seconds"]
+    progress.close()
     out["outputs"] = served["outputs"]
     return out
 

@@ -242,7 +242,7 @@ def _run_backend(backend: Any, out: Path, todo: list[TokenRow], batch_size: int,
                     result.written += 1
                 result.tokens += len(by_index[index].input_ids)
                 bar.update(1)
-                bar.set_postfix_str(f"{result.tokens / max(time.monotonic() - started, 1e-9):,.0f} tok/s")
+                bar.set_postfix_str(f"{result.tokens / max(time.monotonic() - started, 1e-9):,.0f} tok/s", refresh=False)
             for r in batch:
                 if r.index not in seen:
                     result.bad.append((r.index, ["the backend returned no states"]))

@@ -358,7 +358,7 @@ def _run(model: Path, rt: RowTokenizer, parser: ReplyParser, jobs: list[_Job], s
                         job.accept(turn, reply_of(parser, turn, stop_set, stop))
                     progress.update(len(batch))
                     elapsed = max(time.monotonic() - started, 1e-9)
-                    progress.set_postfix_str(f"{generated / elapsed:,.0f} tok/s")
+                    progress.set_postfix_str(f"{generated / elapsed:,.0f} tok/s", refresh=False)
                 side.append([j.entry(result.dtype, o.max_prompt_tokens) for j in chunk if not j.error])
         result.seconds = time.monotonic() - started
     finally:

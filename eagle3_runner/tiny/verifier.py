@@ -86,7 +86,10 @@ def build_learnable(dest: Path, arch: str = "llama", seed: int = 0, steps: int =
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 8)
     model.train()
+    from ..common.progress import bar
+
     t0, losses = time.monotonic(), []
+    progress = bar(steps, f"tiny verifier ({arch})", "step")
     for step in range(steps):
         chosen = rng.sample(seqs, batch)
         width = max(map(len, chosen))
@@ -101,8 +104,11 @@ def build_learnable(dest: Path, arch: str = "llama", seed: int = 0, steps: int =
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(round(float(loss.detach()), 4))
+        progress.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        progress.update(1)
         if step % 20 == 0 or step == steps - 1:
             logger.info("tiny verifier step %d/%d loss %.3f (%.0fs)", step + 1, steps, losses[-1], time.monotonic() - t0)
+    progress.close()
     model.eval()
     model.to(getattr(torch, ARCHITECTURES[arch].dtype)).save_pretrained(str(dest))
     from ..common.atomic import write_json
@@ -111,6 +117,16 @@ def build_learnable(dest: Path, arch: str = "llama", seed: int = 0, steps: int =
                                       "sentences": list(SENTENCES),
                                       "losses": losses, "seconds": round(time.monotonic() - t0, 1)})
     return dest
+
+
+def learnable_verifier(dest: Path, arch: str = "llama") -> bool:
+    """:func:`build_learnable` with its defaults in ``dest``, through the per-machine cache
+    (:mod:`.cache`: the recipe's defaults live in this file, whose source is part of the key).
+    Returns whether it came from the cache."""
+    from .cache import cached_build
+
+    return cached_build(dest, {"arch": arch}, lambda folder: build_learnable(folder, arch),
+                        lambda folder: is_built(folder, arch))
 
 
 def is_built(dest: Path, arch: str = "llama") -> bool:

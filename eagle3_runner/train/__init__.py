@@ -249,8 +249,14 @@ def train(opts: TrainOptions) -> TrainResult:
 
     recorder = _LossRecorder(Path(opts.output) / LOSS_LOG) if rank == 0 else None
     keeper = None
+    progress = None
     if recorder:
+        from ..common.progress import bar
+
+        progress = bar(steps, "train", "step")  # one bar for both loops, fed by the loss log
         recorder.on_step.append(StepClock(steps).tick)
+        recorder.on_step.append(lambda _step, loss: (progress.set_postfix(loss=f"{loss:.3f}", refresh=False),
+                                                     progress.update(1)))
     every = default_eval_every(steps) if opts.eval_every is None else opts.eval_every
     if every < 0:
         raise UsageError(f"--eval-every must be >= 0, got {every}")
@@ -283,6 +289,8 @@ def train(opts: TrainOptions) -> TrainResult:
         if recorder:
             metrics_logger.removeHandler(recorder)
             recorder.close()
+        if progress is not None:
+            progress.close()
     checkpoint = Path(opts.output) / "0"
     if rank == 0:
         from ..common.atomic import write_json

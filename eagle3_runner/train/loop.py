@@ -130,7 +130,6 @@ def fast_trainer(base: type, *, precision: str, transform: Any = None, deadline:
         def train_epoch(self, epoch: int) -> None:
             import torch
 
-            from ..common.progress import bar
             from .data import DevicePrefetcher
 
             self.model.train()
@@ -140,7 +139,6 @@ def fast_trainer(base: type, *, precision: str, transform: Any = None, deadline:
             self.step_seconds = []
             params = [p for p in self.model.parameters() if p.requires_grad]
             prefetcher = DevicePrefetcher(self.train_loader, self.local_rank, torch.float32, transform)
-            progress = bar(len(prefetcher), f"Epoch {epoch}", "step", disable=self.local_rank not in (0, "cpu"))
             last = time.perf_counter()
             first_done = None  # the schedule's time runs from the first step (its compile excluded)
             cfg = self.config
@@ -178,10 +176,8 @@ def fast_trainer(base: type, *, precision: str, transform: Any = None, deadline:
                 now = time.perf_counter()
                 self.step_seconds.append(now - last)
                 last = now
-                progress.update(1)
             while pending:
                 self._log(epoch, *pending.popleft())
-            progress.close()
 
         def _log(self, epoch: int, step: int, metrics: dict[str, Any], lr: float) -> None:
             values = {k: v.item() for k, v in metrics.items()}
