@@ -6,7 +6,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from . import api
@@ -60,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--catalog", action="append", default=[], metavar="DIR",
                         help="a user catalog folder, besides pyproject.toml's and entry points' (repeatable)")
     common.add_argument("-v", "--verbose", action="store_true")
+    common.add_argument("-q", "--quiet", action="store_true",
+                        help="status, verify: patches and files counted by state, not listed; apply: no file list")
     p = _Parser(
         prog="vllm-compat", description="Versioned source patches that keep speculators (and any installed "
                                         "package you patch with your own catalogs) working on current vLLM.",
@@ -130,7 +133,13 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _render(report: Report, verbose: bool) -> str:
+def _counted(states: Iterable[str]) -> str:
+    """``27 pending, 5 not-applicable``: each state with how many are in it, most first."""
+    counts = Counter(states)
+    return ", ".join(f"{n} {state}" for state, n in counts.most_common()) or "none"
+
+
+def _render(report: Report, verbose: bool, quiet: bool = False) -> str:
     lines = [f"site-packages: {report.site}"]
     lines += [f"  {pkg} {ver}" for pkg, ver in sorted(report.versions.items())]
     lines += [f"unsupported: {u}" for u in report.unsupported]
@@ -142,15 +151,18 @@ def _render(report: Report, verbose: bool) -> str:
                   f"  why: {a.why}", f"  upstream: {a.upstream}", f"  fix: {a.fix}"]
         if a.condition:
             lines.append(f"  only when: {m.to_dict()['condition']} (--allow-advisory {a.id} if not)")
+    if quiet:
+        lines += ["", f"patches: {_counted(p.state for p in report.patches)}",
+                  f"files: {_counted(f.state for f in report.files)}"]
     rows = [("PATCH", "STATE", "DETAIL")]
     rows += [(p.id, p.state, p.reason) for p in report.patches if verbose or p.state != "not-applicable"]
-    if report.patches:
+    if report.patches and not quiet:
         lines += ["", _table(rows)] if len(rows) > 1 else [""]
         hidden = sum(p.state == "not-applicable" for p in report.patches) if not verbose else 0
         if hidden:
             lines.append(f"({hidden} patch(es) not applicable to these versions: -v lists them)")
     frows = [("FILE", "STATE", "DETAIL")] + [(f.path, f.state, f.detail) for f in report.files]
-    if report.files:
+    if report.files and not quiet:
         lines += ["", _table(frows)]
     lines += ["", f"result: {report.code.name.lower()} (exit {int(report.code)})"]
     if report.code in (Exit.PENDING, Exit.STALE):
@@ -171,7 +183,7 @@ def _run(args: argparse.Namespace) -> int:
         code = report.code
         if args.command == "verify" and code == Exit.UNSUPPORTED and args.allow_unsupported:
             code = replace(report, unsupported=()).code
-        print(json.dumps(report.to_dict(), indent=1) if args.json else _render(report, args.verbose))
+        print(json.dumps(report.to_dict(), indent=1) if args.json else _render(report, args.verbose, args.quiet))
         return int(code)
     if args.command == "apply":
         res = api.apply(target, dry_run=args.dry_run, allow_unsupported=args.allow_unsupported)
@@ -185,8 +197,10 @@ def _run(args: argparse.Namespace) -> int:
             print("nothing to do: every applicable patch is applied")
         else:
             applied = [p.id for p in res.report.patches if p.state != "not-applicable" and p.state != "obsolete"]
-            print(f"{len(applied)} patch(es) applied; wrote {len(res.written)} file(s) and the manifest:")
-            print("\n".join(f"  {rel}" for rel in res.written))
+            print(f"{len(applied)} patch(es) applied; wrote {len(res.written)} file(s) and the manifest"
+                  + ("" if args.quiet else ":"))
+            if not args.quiet:
+                print("\n".join(f"  {rel}" for rel in res.written))
         return int(Exit.OK)
     if args.command == "revert":
         res = api.revert(target, force=args.force)

@@ -24,6 +24,12 @@ def test_fresh_apply(full_site: Path) -> None:
     st = cli(site, "status")
     assert st.returncode == 10, show(st)
     assert "pending" in st.stdout
+    # -q: the same report, each state counted (the demo's form)
+    q = cli(site, "status", "-q")
+    states = [p["state"] for p in json.loads(cli(site, "status", "--json").stdout)["patches"]]
+    assert q.returncode == 10, show(q)
+    assert f"patches: {states.count('pending')} pending" in q.stdout, show(q)
+    assert "PATCH" not in q.stdout and len(q.stdout.splitlines()) < 12, show(q)
     before = kit.snapshot(site)
 
     res = cli(site, "apply")
