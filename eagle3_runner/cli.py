@@ -223,7 +223,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    from .run import LOGS, STEPS, acceptance_problem, example_config, load_config, plan, run_pipeline, tiny_config
+    from .run import example_config
 
     if a.example_config:
         print(example_config(), end="")
@@ -231,10 +231,18 @@ def _cmd_run(a: argparse.Namespace) -> int:
     if not (a.tiny or a.config):
         print("eagle3 run: give CONFIG.toml, --tiny or --example-config", file=sys.stderr)
         return ExitCode.USAGE
-    if not a.verbose:  # each step's output in WORK/logs/STEP.log; bars and milestones here
-        from .common.console import set_quiet
+    from contextlib import nullcontext
 
-        set_quiet()
+    from .common.console import quiet_terminal
+
+    # quiet: each step's output in WORK/logs/STEP.log; the plan, bars, milestones and summary here
+    with nullcontext() if a.verbose else quiet_terminal():
+        return _run_quietly(a)
+
+
+def _run_quietly(a: argparse.Namespace) -> int:
+    from .run import LOGS, STEPS, acceptance_problem, load_config, plan, run_pipeline, tiny_config
+
     cfg = None if a.tiny else load_config(a.config)
     steps, workdir = (["tiny_verifier", *STEPS], a.workdir.absolute()) if cfg is None else (plan(cfg), cfg.workdir)
     print(f"eagle3 run: {' -> '.join(s.replace('_', '-') for s in steps)} in {workdir}"

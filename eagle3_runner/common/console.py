@@ -5,7 +5,7 @@ descriptors 1 and 2 by code we do not own (and by child processes, which inherit
 quiet step moves those descriptors to ``WORK/logs/STEP.log`` for its duration.  What the user
 should see (the step headers, progress bars, milestones, warnings and errors of this package)
 goes to a copy of the terminal taken before the move: :func:`terminal`.  ``eagle3 -v`` leaves
-every descriptor where it is (:func:`set_quiet` is never called) and everything shows.
+every descriptor where it is (:func:`quiet_terminal` is not entered) and everything shows.
 """
 
 from __future__ import annotations
@@ -58,19 +58,33 @@ def _between_steps(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.WARNING and not record.name.startswith("eagle3_runner")
 
 
-def set_quiet() -> None:
-    """From now on, this package's milestones, warnings and errors reach the terminal through a
-    copy of file descriptor 2, whatever :func:`step_output` does with descriptors 1 and 2."""
+@contextmanager
+def quiet_terminal() -> Iterator[None]:
+    """While the block runs, this package's milestones, warnings and errors reach the terminal
+    through a copy of file descriptor 2, whatever :func:`step_output` does with descriptors 1
+    and 2; afterwards every handler, filter and descriptor is as it was (the CLI runs in
+    process in tests, and a later command must not find a quiet terminal it did not ask for)."""
     if _state["terminal"] is not None:
+        yield
         return
     sys.stderr.flush()
     _state["terminal"] = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
     handler = logging.StreamHandler(_state["terminal"])
     handler.setFormatter(logging.Formatter("%(message)s"))
     handler.addFilter(_shown)
-    logging.getLogger("eagle3_runner").addHandler(handler)
-    for other in logging.getLogger().handlers:
+    ours = logging.getLogger("eagle3_runner")
+    ours.addHandler(handler)
+    others = list(logging.getLogger().handlers)
+    for other in others:
         other.addFilter(_between_steps)
+    try:
+        yield
+    finally:
+        for other in others:
+            other.removeFilter(_between_steps)
+        ours.removeHandler(handler)
+        _state["terminal"].close()
+        _state["terminal"] = None
 
 
 @contextmanager

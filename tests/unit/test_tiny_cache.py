@@ -66,3 +66,4 @@ def test_a_failed_build_leaves_no_entry(tmp_path, monkeypatch):
     assert list((tmp_path / "cache" / "tiny").iterdir()) == []  # no entry, no scratch folder
     calls: list[Path] = []
     assert cache.cached_build(tmp_path / "a", {"arch": "llama"}, _builder(calls), _built) is False and len(calls) == 1
+
