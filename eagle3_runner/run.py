@@ -73,7 +73,7 @@ def _prepare_step(cfg: PipelineConfig, force: bool, res: PipelineResult) -> None
         return
     r = res.prepare = prepare(cfg.model, cfg.data, cfg.tokens, cfg.seq_length, **kw)
     milestone(logger, "prepare: %d rows, %d tokens (%d in the loss, %s skipped)", r.rows, r.tokens,
-                r.masked_tokens, counted(r.skipped, "bad rows"))
+              r.masked_tokens, counted(r.skipped, "bad rows"))
 
 
 LOGS = "logs"  # WORK/logs/STEP.log: each step's own output on a quiet terminal (eagle3 run without -v)

@@ -243,4 +243,5 @@ def _generate(engine: Any, prompt_ids: list[int], starts: dict[str, list[int]], 
             result.generated += n
             index += n
             progress.update(len(result.prompts) - before)
-            progress.set_postfix_str(f"{result.tokens / max(time.monotonic() - started, 1e-9):,.0f} tok/s", refresh=False)
+            rate = result.tokens / max(time.monotonic() - started, 1e-9)
+            progress.set_postfix_str(f"{rate:,.0f} tok/s", refresh=False)
