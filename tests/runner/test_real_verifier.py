@@ -45,7 +45,7 @@ def test_defaults_give_an_accepted_draft_served_as_predicted(tmp_path, smollm2, 
         model = "{smollm2}"
         [prepare]
         data = "{prompts}"
-        max_new_tokens = 256
+        max_new_tokens = 128
         [extract]
         backend = "vllm-fast"
         dtype = "float32"
