@@ -237,16 +237,17 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
     # quiet: each step's output in WORK/logs/STEP.log; the plan, bars, milestones and summary here
     with nullcontext() if a.verbose else quiet_terminal():
-        return _run_quietly(a)
+        return _run_and_report(a)
 
 
-def _run_quietly(a: argparse.Namespace) -> int:
+def _run_and_report(a: argparse.Namespace) -> int:
+    from .common.console import quiet
     from .run import LOGS, STEPS, acceptance_problem, load_config, plan, run_pipeline, tiny_config
 
     cfg = None if a.tiny else load_config(a.config)
     steps, workdir = (["tiny_verifier", *STEPS], a.workdir.absolute()) if cfg is None else (plan(cfg), cfg.workdir)
     print(f"eagle3 run: {' -> '.join(s.replace('_', '-') for s in steps)} in {workdir}"
-          + ("" if a.verbose else f"\n  each step's output goes to {workdir / LOGS}/STEP.log (-v shows it here)"),
+          + (f"\n  each step's output goes to {workdir / LOGS}/STEP.log (-v shows it here)" if quiet() else ""),
           flush=True)
     if cfg is None:
         cfg = tiny_config(a.workdir, backend=a.backend, steps=a.steps, arch=a.arch)

@@ -86,12 +86,12 @@ def plan(cfg: PipelineConfig) -> list[str]:
 
 
 @contextmanager
-def _step(cfg: PipelineConfig, name: str) -> Iterator[None]:
-    """The step's header on the terminal; on a quiet one, its output in ``WORK/logs/NAME.log``."""
-    steps = plan(cfg)
-    number = f"[{steps.index(name) + 1}/{len(steps)}] " if name in steps else ""
-    log = cfg.workdir / LOGS / f"{name}.log"
-    milestone(logger, "== %s%s%s", number, name.replace("_", "-"), f"  (log: {log})" if quiet() else "")
+def _step(workdir: Path, name: str, steps: list[str] | None = None, about: str = "") -> Iterator[None]:
+    """The step's header on the terminal (numbered within ``steps``); on a quiet terminal, its
+    output in ``WORKDIR/logs/NAME.log``."""
+    number = f"[{steps.index(name) + 1}/{len(steps)}] " if steps and name in steps else ""
+    log = workdir / LOGS / f"{name}.log"
+    milestone(logger, "== %s%s%s%s", number, name.replace("_", "-"), about, f"  (log: {log})" if quiet() else "")
     with step_output(log):
         yield
 
@@ -100,19 +100,20 @@ def run_pipeline(cfg: PipelineConfig, force: bool = False) -> PipelineResult:
     res = PipelineResult()
     check_model_folder(cfg.model)
     cfg.workdir.mkdir(parents=True, exist_ok=True)
-    with _step(cfg, "prepare"):
+    steps = plan(cfg)
+    with _step(cfg.workdir, "prepare", steps):
         _prepare_step(cfg, force, res)
-    with _step(cfg, "extract"):
+    with _step(cfg.workdir, "extract", steps):
         _extract_step(cfg, res)
-    with _step(cfg, "vocab"):
+    with _step(cfg.workdir, "vocab", steps):
         _vocab_step(cfg, force, res)
-    with _step(cfg, "train"):
+    with _step(cfg.workdir, "train", steps):
         opts = _train_step(cfg, force, res)
     res.checkpoint = cfg.checkpoint / "0"
     res.losses = read_losses(cfg.checkpoint)
     res.offline = _read_json(cfg.checkpoint / EVAL_FILE)
     if res.offline is not None and cfg.serve_check.get("enabled", True):
-        with _step(cfg, "serve_check"):
+        with _step(cfg.workdir, "serve_check", steps):
             res.served = _serve_step(cfg, res, force, k=opts.ttt_steps)
     return res
 
@@ -272,9 +273,7 @@ def tiny_config(workdir: Path, backend: str = "vllm", steps: int = TINY_STEPS, r
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     model = workdir / "model"
     if not is_built(model, arch):
-        milestone(logger, "== tiny verifier: a learnable %s, trained on the CPU once per machine%s", arch,
-                  f"  (log: {workdir / LOGS / 'tiny_verifier.log'})" if quiet() else "")
-        with step_output(workdir / LOGS / "tiny_verifier.log"):
+        with _step(workdir, "tiny_verifier", about=f": a learnable {arch}, trained on the CPU once per machine"):
             learnable_verifier(model, arch)
     data = workdir / "chat.jsonl"
     if not data.is_file():
