@@ -303,9 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:  # only under --json; else argparse prints and exits 2
         return _report_error(next((w for w in argv if w in COMMANDS), ""), exc, as_json)
     _setup_logging(args.verbose, args.quiet)
+    from .common.environment import cpu_engine_defaults
     from .train.launch import NO_MULTICAST
 
-    for name, value in NO_MULTICAST.items():  # inherited by vLLM's workers and torchrun's ranks
+    # inherited by vLLM's workers and torchrun's ranks; a value the user set wins
+    for name, value in {**NO_MULTICAST, **cpu_engine_defaults()}.items():
         os.environ.setdefault(name, value)
     try:
         folder, tokenizer = MODEL_ARGS.get(args.command, ("", False))
