@@ -77,8 +77,8 @@ def commands(stage: str, w: Path, a: argparse.Namespace) -> list[list[str]]:
         return [he, eagle3("prepare", "--model", v, "--data", str(w / "he.jsonl"), "--regenerate", "--output",
                            str(w / "he_tokens.jsonl"), "--seq-length", str(a.seq_length), "--max-new-tokens",
                            str(a.max_new_tokens), "--dtype", dtype),
-                eagle3("extract", "--model", v, "--input", str(w / "he_tokens.jsonl"), "--output", str(w / "he_hs"),
-                       "--backend", "vllm-fast", "--sync", "none", "--dtype", dtype)]
+                *([eagle3("extract", "--model", v, "--input", str(w / "he_tokens.jsonl"), "--output", str(w / "he_hs"),
+                          "--backend", "vllm-fast", "--sync", "none", "--dtype", dtype)] if a.heldout_states else [])]
     if stage == "vocab":
         return [eagle3("vocab", "--freq", str(w / "tokens.freq.json"), "--data", str(hs), "--output", str(w / "vocab"))]
     if stage == "train":  # alternatives ("A || B") train at once, each into its own folder
@@ -186,6 +186,9 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=4096, help="prepare: rows per engine batch")
     ap.add_argument("--heldout-limit", type=int)
+    ap.add_argument("--no-heldout-states", dest="heldout_states", action="store_false",
+                    help="heldout: prompts only, no hidden states (they serve `eval` alone; serve-check and speed "
+                         "read the prompts)")
     ap.add_argument("--train-args", default="", help="extra eagle3 train arguments, e.g. '--epochs 2 --max-len 8192'")
     ap.add_argument("--speed-prompts", type=int, default=32)
     ap.add_argument("--speed-tokens", type=int, default=256)
