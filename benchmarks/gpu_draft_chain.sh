@@ -106,11 +106,8 @@ touch $O/packed  # gpu_chain_wait.sh final returns from here on
 waited=0
 while [ ! -f /tmp/parts26/COMPLETE ] && [ $waited -lt 900 ]; do sleep 5; waited=$((waited + 5)); done
 if [ -f /tmp/parts26/COMPLETE ] && [ -d /tmp/draft/ckpt ]; then
-  if [ ! -d /tmp/site26/vllm ]; then
-    ls -l /tmp/parts26
-    mkdir -p /tmp/site26 && ( set -o pipefail; cat /tmp/parts26/site-* | xz -d -T8 | tar xf - -C /tmp/site26 ) \
-      || { rm -rf /tmp/site26; log "0.26.0 site: unpack failed"; }
-  fi
+  # gpu_site.sh's unpack (Python's lzma: no xz binary is assumed on the device)
+  ( . benchmarks/gpu_site.sh && site_unpack /tmp/parts26 /tmp/site26 ) || log "0.26.0 site: unpack failed"
   if [ -d /tmp/site26/vllm ]; then
     log "0.26.0 site ready"
     speed 26 /tmp/site26 VLLM_USE_FLASHINFER_SAMPLER=0
