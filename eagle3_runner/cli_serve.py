@@ -95,12 +95,11 @@ def speed_table(speed: dict[str, Any]) -> str:
 
 
 def cmd_serve_check(a: argparse.Namespace) -> int:
+    speed = {"max_tokens": a.speed_max_tokens, "batches": a.batch_sizes, "repeats": a.repeats,
+             "n_prompts": a.speed_prompts} if a.speed else None
     r = serve_mod.check_draft(a.draft, a.verifier, a.prompts, a.k, a.max_tokens, a.dtype, reference=not a.no_reference,
-                              prefix_caching={"auto": None, "on": True, "off": False}[a.prefix_caching])
+                              prefix_caching={"auto": None, "on": True, "off": False}[a.prefix_caching], speed=speed)
     r.pop("outputs", None)
-    if a.speed:
-        r["speed"] = serve_mod.draft_speed(a.draft, a.verifier, a.prompts, a.k, a.speed_max_tokens, a.dtype,
-                                           a.batch_sizes, a.repeats, a.speed_prompts)
     code = ExitCode.MISMATCH if r.get("outputs_equal_reference") is False else ExitCode.OK
     if a.json:
         differ = {"error": f"vLLM's output with the draft differs from the verifier's without it (prompts "

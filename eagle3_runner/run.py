@@ -221,7 +221,8 @@ def _serve_step(cfg: PipelineConfig, res: PipelineResult, force: bool, k: int) -
         milestone(logger, "serve_check: %s is up to date, skipped", out)
     else:
         try:
-            done = check_draft(cfg.checkpoint, k=k, dtype=cfg.serve_check.get("dtype"))
+            done = check_draft(cfg.checkpoint, k=k, dtype=cfg.serve_check.get("dtype"),
+                               speed={} if _wants_speed(cfg) else None)
         except NoPrompts:  # e.g. text rows: the loss covers whole rows, no turn follows a prompt
             logger.warning("serve_check: skipped: no held-out turn follows a prompt, so there is nothing "
                            "to serve (eagle3 serve-check --prompts FILE serves prompts of your own)")

@@ -26,13 +26,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..common.errors import BadInput, UsageError
 from ..common.model_folder import check_model_folder
 from .engine_child import child_main, run_in_child
+from .speed import DEFAULT_BATCHES, DEFAULT_PROMPTS, DEFAULT_REPEATS, SpeedRequest, draft_spec, measure_speed, \
+    speed_request, speed_result, time_batches
+from .speed import DEFAULT_MAX_TOKENS as SPEED_MAX_TOKENS
 
 Prompt = str | Sequence[int]
 DEFAULT_MAX_TOKENS = 64
@@ -48,6 +51,7 @@ class ServeRequest:
     max_model_len: int
     dtype: str
     prefix_caching: bool | None = None  # None: vLLM's default, but off where spec decode needs it (:func:`_prefix_caching`)
+    speed: dict[str, Any] | None = None  # a speed.SpeedRequest's fields: timed on this engine afterwards (the CPU)
 
 
 def turns_of(input_ids: Sequence[int], loss_mask: Sequence[int]) -> list[tuple[list[int], int]]:
@@ -148,11 +152,13 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
     prefix_caching, why = _prefix_caching(req)
     if why:
         print(f"serve-check: prefix caching off: {why}", file=sys.stderr, flush=True)
-    spec = {"method": "eagle3", "model": req.draft, "num_speculative_tokens": req.k} if req.draft else None
+    spec = draft_spec(req.draft, req.k) if req.draft else None
     extra = {} if prefix_caching is None else {"enable_prefix_caching": prefix_caching}
+    timed = SpeedRequest(**req.speed) if req.speed else None
+    seqs = max(1, min(len(req.prompts), 256), max(timed.batches) if timed else 1)
     llm = LLM(model=req.verifier, speculative_config=spec, dtype=req.dtype, enforce_eager=True,
               gpu_memory_utilization=default_memory_share(), max_model_len=req.max_model_len,
-              max_num_seqs=max(1, min(len(req.prompts), 256)), disable_log_stats=False, seed=0, **extra)
+              max_num_seqs=seqs, disable_log_stats=False, seed=0, **extra)
     t1 = time.monotonic()
     inputs = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": list(p)} for p in req.prompts]
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in req.max_tokens]
@@ -161,7 +167,9 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
     metrics = llm.get_metrics()
     per_pos = [float(x) for m in metrics if m.name == "vllm:spec_decode_num_accepted_tokens_per_pos"
                for x in (getattr(m, "values", None) or [])]
+    speed = time_batches(llm, timed, t1 - t0, True) if timed else None
     return {
+        "speed": speed,
         "drafts": int(_metric(metrics, "vllm:spec_decode_num_drafts")),
         "draft_tokens": int(_metric(metrics, "vllm:spec_decode_num_draft_tokens")),
         "accepted_tokens": int(_metric(metrics, "vllm:spec_decode_num_accepted_tokens")),
@@ -196,31 +204,37 @@ class NoPrompts(UsageError):
 def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], max_tokens: Sequence[int] | int,
                 k: int = 3, max_model_len: int | None = None, dtype: str = "auto", reference: bool = True,
                 timeout: float = 900, env: dict[str, str] | None = None,
-                prefix_caching: bool | None = None) -> dict[str, Any]:
+                prefix_caching: bool | None = None, speed: SpeedRequest | None = None) -> dict[str, Any]:
     """Greedy generation of ``prompts`` by ``verifier`` with ``draft`` as its EAGLE-3 speculator
     (and, with ``reference``, without it), each engine in a child process.  ``prefix_caching``:
     vLLM's ``enable_prefix_caching`` (``None``: its default, off where spec decode needs it off,
-    :func:`_prefix_caching`); the reference engine runs with the setting the first one used."""
+    :func:`_prefix_caching`); the reference engine runs with the setting the first one used.
+    ``speed`` (with ``reference``): the two engines then also time it (:func:`.speed.time_batches`),
+    the result under ``"speed"``; for eager engines only (the CPU), as these are."""
     if not prompts:
         raise NoPrompts("serve-check needs at least one prompt")
     if k < 1:
         raise UsageError("-k must be at least 1")
     lengths = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
     longest = max(len(p) for p in prompts if not isinstance(p, str)) if any(not isinstance(p, str) for p in prompts) else 0
-    max_model_len = max_model_len or -(-(longest + max(lengths) + k + 1) // 32) * 32
+    if speed is not None and not reference:
+        raise UsageError("timing the speed on serve-check's engines needs the reference engine")
+    max_model_len = max(max_model_len or -(-(longest + max(lengths) + k + 1) // 32) * 32, 64,
+                        speed.max_model_len if speed else 0)
     base = ServeRequest(str(verifier), str(draft), [p if isinstance(p, str) else list(p) for p in prompts],
-                        lengths, k, max(max_model_len, 64), dtype, prefix_caching)
+                        lengths, k, max_model_len, dtype, prefix_caching, asdict(speed) if speed else None)
     from ..common.progress import bar
 
     progress = bar(2 if reference else 1, "serve-check", "engine")  # an engine serves every prompt at once
-    progress.set_postfix_str(f"{len(prompts)} prompts with the draft")
+    timed = " and the speed runs" if speed else ""
+    progress.set_postfix_str(f"{len(prompts)} prompts with the draft{timed}")
     served = _in_child(base, timeout, env)
     progress.update(1)
     out = {**summarize(served, k), "prompts": len(prompts), "generated_tokens": sum(len(o) for o in served["outputs"]),
            "seconds": {"load": served["load_seconds"], "generate": served["generate_seconds"]},
            "prefix_caching": served["prefix_caching"], "prefix_caching_off_because": served["prefix_caching_off_because"]}
     if reference:
-        progress.set_postfix_str(f"{len(prompts)} prompts without it (the reference)")
+        progress.set_postfix_str(f"{len(prompts)} prompts without it (the reference){timed}")
         ref = _in_child(ServeRequest(**{**base.__dict__, "draft": None, "prefix_caching": served["prefix_caching"]}),
                         timeout, env)
         progress.update(1)
@@ -228,6 +242,8 @@ def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Promp
         out["outputs_equal_reference"] = all(same)
         out["outputs_differing"] = [i for i, s in enumerate(same) if not s]
         out["seconds"]["reference"] = ref["load_seconds"] + ref["generate_seconds"]
+        if speed:
+            out["speed"] = speed_result(ref["speed"], served["speed"], speed, k, shared=True)
     progress.close()
     out["outputs"] = served["outputs"]
     return out
@@ -265,27 +281,46 @@ def _draft_inputs(draft: Path, verifier: Path | None, prompts: Path | None,
 
 def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None = None, k: int = 3,
                 max_tokens: int | None = None, dtype: str | None = None, reference: bool = True,
-                env: dict[str, str] | None = None, prefix_caching: bool | None = None) -> dict[str, Any]:
+                env: dict[str, str] | None = None, prefix_caching: bool | None = None,
+                speed: dict[str, Any] | None = None) -> dict[str, Any]:
     """``eagle3 serve-check``: the checkpoint's verifier (or ``verifier``) serves ``prompts``
-    (default: the draft's held-out turns) with the draft."""
+    (default: the draft's held-out turns) with the draft.  ``speed`` (:func:`draft_speed`'s
+    options, ``{}`` for its defaults): ``--speed`` too, its result under ``"speed"``.  On the CPU
+    (eager engines, as serve-check's are) it is timed on the same two engines, two starts fewer;
+    on a GPU on two engines of its own, with CUDA graphs as a server runs."""
     ckpt, verifier, ps, lengths, data_dtype = _draft_inputs(draft, verifier, prompts, k)
     lengths = [max_tokens] * len(ps) if max_tokens is not None else lengths or [DEFAULT_MAX_TOKENS] * len(ps)
-    return serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype or data_dtype or "auto", reference=reference,
-                       env=env, prefix_caching=prefix_caching)
+    dtype = dtype or data_dtype or "auto"
+    from ..common.environment import has_gpu
+
+    shared = speed is not None and reference and not has_gpu()
+    timed = _speed_request(verifier, ps, k, dtype, **speed) if shared and speed is not None else None
+    out = serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype, reference=reference, env=env,
+                      prefix_caching=prefix_caching, speed=timed)
+    if speed is not None and not shared:
+        out["speed"] = draft_speed(draft, verifier, prompts, k, dtype=dtype, env=env, **speed)
+    return out
+
+
+def _speed_request(verifier: Path, prompts: Sequence[Prompt], k: int, dtype: str, max_tokens: int | None = None,
+                   batches: Sequence[int] = DEFAULT_BATCHES, repeats: int = DEFAULT_REPEATS,
+                   n_prompts: int | None = None) -> SpeedRequest:
+    """:func:`draft_speed`'s request: the first ``n_prompts`` prompts, at most ``max_tokens`` each."""
+    return speed_request(verifier, prompts[: n_prompts or DEFAULT_PROMPTS], k, batches, repeats,
+                         max_tokens or SPEED_MAX_TOKENS, dtype)
 
 
 def draft_speed(draft: Path, verifier: Path | None = None, prompts: Path | None = None, k: int = 3,
-                max_tokens: int | None = None, dtype: str | None = None, batches: Sequence[int] = (1, 8),
-                repeats: int = 2, n_prompts: int | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """``eagle3 serve-check --speed``: tokens per second with and without the draft on the same
-    prompts as :func:`check_draft` (the first ``n_prompts``), stopping where the verifier stops
-    (at most ``max_tokens``): :func:`.speed.measure_speed`."""
-    from .speed import DEFAULT_MAX_TOKENS as SPEED_MAX_TOKENS, DEFAULT_PROMPTS, measure_speed
-
+                max_tokens: int | None = None, dtype: str | None = None, batches: Sequence[int] = DEFAULT_BATCHES,
+                repeats: int = DEFAULT_REPEATS, n_prompts: int | None = None,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``eagle3 serve-check --speed`` on two engines of its own: tokens per second with and without
+    the draft on the same prompts as :func:`check_draft` (the first ``n_prompts``), stopping where
+    the verifier stops (at most ``max_tokens``): :func:`.speed.measure_speed`."""
     ckpt, verifier, ps, _, data_dtype = _draft_inputs(draft, verifier, prompts, k)
-    ps = ps[: n_prompts or DEFAULT_PROMPTS]
-    return measure_speed(verifier, ckpt, ps, k=k, batches=batches, repeats=repeats,
-                         max_tokens=max_tokens or SPEED_MAX_TOKENS, dtype=dtype or data_dtype or "auto", env=env)
+    req = _speed_request(verifier, ps, k, dtype or data_dtype or "auto", max_tokens, batches, repeats, n_prompts)
+    return measure_speed(verifier, ckpt, req.prompts, k=k, batches=req.batches, repeats=req.repeats,
+                         max_tokens=req.max_tokens, dtype=req.dtype, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:

