@@ -22,6 +22,7 @@ def run_in_child(entry: Sequence[str], request: dict[str, Any], timeout: float, 
     """``python ENTRY --request FILE --result FILE`` with ``request``; its result.  ``log``: where
     the child's output goes (kept), else the running step's log, else a temporary file."""
     from ..common.console import step_log
+    from ..common.environment import one_engine_process_defaults
 
     log = log or step_log()
     with tempfile.TemporaryDirectory(prefix="eagle3-engine-") as tmp:
@@ -32,7 +33,7 @@ def run_in_child(entry: Sequence[str], request: dict[str, Any], timeout: float, 
         with out.open("a") as sink:
             proc = subprocess.run([sys.executable, *entry, "--request", str(rq), "--result", str(rs)],
                                   stdout=sink, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                                  env={**os.environ, **(env or {})})
+                                  env={**one_engine_process_defaults(), **os.environ, **(env or {})})
         if proc.returncode or not rs.is_file():
             where = f" (the whole log: {log})" if log else ""
             raise EnvironmentProblem(f"vLLM serving failed (exit {proc.returncode}){where}; the end of its output:\n"

