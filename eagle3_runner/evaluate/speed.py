@@ -170,7 +170,7 @@ def in_child(req: SpeedRequest, timeout: float, env: dict[str, str] | None = Non
              log: Path | None = None) -> dict[str, Any]:
     """:func:`run_engine` in a child process (``entry``: the child's module or script; ``extra``:
     more keys of the request, for such an entry; ``log``: where vLLM's output goes)."""
-    return run_in_child(entry, {**asdict(req), **(extra or {})}, timeout, env, log)
+    return run_in_child(entry, {**asdict(req), **(extra or {})}, timeout, env, log, in_process=False)
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:

