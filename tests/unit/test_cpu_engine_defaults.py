@@ -64,19 +64,3 @@ def test_engine_children_hold_their_engine_in_process_on_vllm_cpu_unless_the_use
     monkeypatch.setenv(MP, "1")
     assert _seen_by_an_engine_child() == "1"
 
-
-def test_an_engine_in_a_process_that_goes_on_is_in_process_only_on_a_small_cpu_machine(monkeypatch):
-    from eagle3_runner.common import environment as env
-
-    monkeypatch.delenv(MP, raising=False)
-    expected = bool(env.one_engine_process_defaults()) and bool(env.cpu_engine_defaults())
-    with env.engine_in_process() as in_process:
-        assert in_process is expected and os.environ.get(MP) == ("0" if expected else None)
-    assert MP not in os.environ  # only around the engine's start
-    monkeypatch.setattr(env, "cpu_engine_defaults", lambda cpus=None: {})  # a larger machine
-    with env.engine_in_process() as in_process:
-        assert in_process is False and MP not in os.environ
-    monkeypatch.setenv(MP, "1")  # the user's choice wins
-    monkeypatch.setattr(env, "cpu_engine_defaults", lambda cpus=None: {NAME: "0"})
-    with env.engine_in_process() as in_process:
-        assert in_process is False and os.environ[MP] == "1"
