@@ -296,12 +296,12 @@ def check_draft(draft: Path, verifier: Path | None = None, prompts: Path | None 
     dtype = dtype or data_dtype or "auto"
     from ..common.environment import has_gpu
 
-    shared = speed is not None and reference and not has_gpu()
-    timed = _speed_request(verifier, ps, k, dtype, **speed) if shared and speed is not None else None
+    timed = _speed_request(verifier, ps, k, dtype, **speed) if speed is not None else None
+    shared = timed is not None and reference and not has_gpu()
     out = serve_check(verifier, ckpt, ps, lengths, k=k, dtype=dtype, reference=reference, env=env,
-                      prefix_caching=prefix_caching, speed=timed)
-    if speed is not None and not shared:
-        out["speed"] = draft_speed(draft, verifier, prompts, k, dtype=dtype, env=env, **speed)
+                      prefix_caching=prefix_caching, speed=timed if shared else None)
+    if timed is not None and not shared:
+        out["speed"] = measure_speed(timed, ckpt, k, env=env)
     return out
 
 
@@ -322,8 +322,7 @@ def draft_speed(draft: Path, verifier: Path | None = None, prompts: Path | None 
     the verifier stops (at most ``max_tokens``): :func:`.speed.measure_speed`."""
     ckpt, verifier, ps, _, data_dtype = _draft_inputs(draft, verifier, prompts, k)
     req = _speed_request(verifier, ps, k, dtype or data_dtype or "auto", max_tokens, batches, repeats, n_prompts)
-    return measure_speed(verifier, ckpt, req.prompts, k=k, batches=req.batches, repeats=req.repeats,
-                         max_tokens=req.max_tokens, dtype=req.dtype, env=env)
+    return measure_speed(req, ckpt, k, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -107,21 +107,6 @@ def drive(engine: Any, prompts: Sequence[Any], params: Any, in_flight: int, tag:
     return outputs
 
 
-def open_engine(req: SpeedRequest, max_num_seqs: int | None = None, **engine_args: Any) -> tuple[Any, float, bool]:
-    """(the vLLM ``LLM`` for ``req``, seconds it took to start, whether it runs eager)."""
-    from vllm import LLM
-
-    from ..common.environment import default_memory_share, has_gpu
-
-    eager = (not has_gpu()) if req.eager is None else req.eager
-    t0 = time.monotonic()
-    llm = LLM(model=req.verifier, speculative_config=req.speculative_config, dtype=req.dtype, enforce_eager=eager,
-              gpu_memory_utilization=default_memory_share(), max_model_len=req.max_model_len,
-              max_num_seqs=max_num_seqs or max(req.batches), disable_log_stats=False, seed=0,
-              **{**req.engine_args, **engine_args})
-    return llm, time.monotonic() - t0, eager
-
-
 def time_batches(llm: Any, req: SpeedRequest, load_s: float, eager: bool) -> dict[str, Any]:
     """Every batch size of ``req``, ``repeats`` times each, on the started engine ``llm`` (after a
     warm-up); the engine may have served other requests before (``serve-check`` on the CPU)."""
@@ -158,8 +143,16 @@ def time_batches(llm: Any, req: SpeedRequest, load_s: float, eager: bool) -> dic
 def run_engine(req: SpeedRequest, after: Callable[[Any, SpeedRequest], dict[str, Any]] | None = None) -> dict[str, Any]:
     """One engine in this process: every batch size, ``repeats`` times each (``after(llm, req)``:
     more work on the warm engine, e.g. a profile, its result kept under ``"after"``)."""
-    llm, load_s, eager = open_engine(req)
-    out = time_batches(llm, req, load_s, eager)
+    from vllm import LLM
+
+    from ..common.environment import default_memory_share, has_gpu
+
+    eager = (not has_gpu()) if req.eager is None else req.eager
+    t0 = time.monotonic()
+    llm = LLM(model=req.verifier, speculative_config=req.speculative_config, dtype=req.dtype, enforce_eager=eager,
+              gpu_memory_utilization=default_memory_share(), max_model_len=req.max_model_len,
+              max_num_seqs=max(req.batches), disable_log_stats=False, seed=0, **req.engine_args)
+    out = time_batches(llm, req, time.monotonic() - t0, eager)
     if after is not None:
         out["after"] = after(llm, req)
     return out
@@ -265,17 +258,14 @@ def speed_result(alone: dict[str, Any], with_draft: dict[str, Any], req: SpeedRe
             "load_s": {"verifier": alone["load_s"], "with_draft": with_draft["load_s"]}, "shared_engines": shared}
 
 
-def measure_speed(verifier: Path | str, draft: Path | str, prompts: Sequence[Prompt], k: int = 3,
-                  batches: Sequence[int] = DEFAULT_BATCHES, repeats: int = DEFAULT_REPEATS,
-                  max_tokens: int = DEFAULT_MAX_TOKENS, dtype: str = "auto", timeout: float = 1800,
+def measure_speed(req: SpeedRequest, draft: Path | str, k: int, timeout: float = 1800,
                   env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Tokens per second of ``verifier`` serving ``prompts`` alone and with ``draft`` (EAGLE-3, ``k``
-    speculative tokens), per batch size, two engines of their own: the ``speed`` part of
+    """Tokens per second of ``req``'s verifier serving its prompts alone and with ``draft`` (EAGLE-3,
+    ``k`` speculative tokens), per batch size, on two engines of their own: the ``speed`` part of
     ``serve-check --speed`` (on the CPU, ``serve-check`` times on its own two engines instead)."""
-    base = speed_request(verifier, prompts, k, batches, repeats, max_tokens, dtype)
-    alone = in_child(base, timeout, env)
-    with_draft = in_child(SpeedRequest(**{**asdict(base), "speculative_config": draft_spec(draft, k)}), timeout, env)
-    return speed_result(alone, with_draft, base, k)
+    alone = in_child(req, timeout, env)
+    with_draft = in_child(SpeedRequest(**{**asdict(req), "speculative_config": draft_spec(draft, k)}), timeout, env)
+    return speed_result(alone, with_draft, req, k)
 
 
 def draft_spec(draft: Path | str, k: int) -> dict[str, Any]:
