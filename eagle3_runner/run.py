@@ -250,7 +250,9 @@ def _wants_speed(cfg: PipelineConfig) -> bool:
 
 
 # 75 steps at lr 5e-3 reach what 150 at 3e-3 did, in half the time: served = offline 3.08 with
-# position 1 at 81.0% (150 steps: 3.13, 80.9%); 75 at 3e-3 gave 3.04 but 79.9% at position 1
+# position 1 at 81.0% (150 steps: 3.13, 80.9%); 75 at 3e-3 gave 3.04 but 79.9% at position 1.
+# With the per-document CPU attention (same math, other rounding): 3.00 / 3.01 / 3.03 at seeds
+# 0 / 1 / 2, position 1 at 77.7-80.0%
 TINY_STEPS, TINY_LR = 75, 5e-3
 
 
