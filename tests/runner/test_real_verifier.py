@@ -1,6 +1,7 @@
 """The regression check on a real pretrained verifier (SmolLM2-135M-Instruct from its PyPI GGUF,
 ``scripts/smollm2.py``): ``eagle3 run`` on the CPU with the runner's own defaults (no learning rate
-given) and a small budget (70 steps) on HumanEval's 164 prompts answered by the verifier; the
+given) and a small budget (70 steps) on HumanEval's 164 prompts answered by the verifier (96
+new tokens at most: 529 s on 2 cores against 617 s at 128, acceptance 1.389 against 1.395); the
 draft must be accepted (mean acceptance length at least 1.3 at k=3, served as predicted within
 5 points at every position, outputs unchanged by the draft)."""
 
@@ -46,7 +47,7 @@ def test_defaults_give_an_accepted_draft_served_as_predicted(tmp_path, smollm2, 
         model = "{smollm2}"
         [prepare]
         data = "{prompts}"
-        max_new_tokens = 128
+        max_new_tokens = 96
         [extract]
         backend = "vllm-fast"
         dtype = "float32"
