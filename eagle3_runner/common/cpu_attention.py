@@ -10,9 +10,10 @@ backward.  Registered in transformers' attention registry as :data:`NAME`.
 Packed batches hold several documents, and a row's keys (in every draft step's block of keys)
 lie in its own document, so the rows are cut where no allowed key crosses (read off the mask,
 whatever its mask_mod) and each group of rows attends to its own keys only: the same result,
-without scoring every row against the whole batch.  On SmolLM2-135M's draft (2,048-token
-batches of about 7 documents, 2 CPU cores) attention went from 2.3 s to about 0.4 s of a 4.2 s
-step.
+without scoring every row against the whole batch.  At SmolLM2-135M's draft shape (2,048-token
+batches of 7 documents, 2 CPU cores) the three draft steps' attention, forward and backward,
+take 0.56 s instead of 2.1 s (``benchmarks/cpu_attention.py``), a training step 2.5 s instead
+of 4.3 s.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def row_groups(mask: Any, q_len: int, kv_len: int, min_rows: int = MIN_GROUP_ROW
     every key allowed to a row of a range is in its ``key_index``: the range's own positions in
     each of the ``kv_len // q_len`` blocks of keys.  Cut only where no allowed key of a row before
     the cut lies at or after it (within its block) and none after it lies before it; ranges
-    shorter than ``min_rows`` are merged with the next.  One group (all keys) when the keys are
+    shorter than ``min_rows`` are merged with a neighbour.  One group (all keys) when the keys are
     not whole blocks."""
     import torch
 
