@@ -30,7 +30,7 @@ _last: dict[str, Any] = {}
 MIN_GROUP_ROWS = 128  # consecutive documents are merged up to this many rows: fewer, larger calls
 
 
-def _dense_mask(block_mask: Any, q_len: int, kv_len: int, device: Any) -> tuple[Any, list[tuple[int, Any]]]:
+def _dense_mask(block_mask: Any, q_len: int, kv_len: int, device: Any) -> tuple[Any, list[tuple[int, int, Any]]]:
     """The dense mask and its row groups (:func:`row_groups`), cached for the draft step's layers."""
     from torch.nn.attention.flex_attention import create_mask
 
@@ -43,17 +43,17 @@ def _dense_mask(block_mask: Any, q_len: int, kv_len: int, device: Any) -> tuple[
     return mask, groups
 
 
-def row_groups(mask: Any, q_len: int, kv_len: int, min_rows: int = MIN_GROUP_ROWS) -> list[tuple[int, Any]]:
-    """``[(start, key_index), ...]``: consecutive row ranges (each up to the next start) such that
+def row_groups(mask: Any, q_len: int, kv_len: int, min_rows: int = MIN_GROUP_ROWS) -> list[tuple[int, int, Any]]:
+    """``[(start, end, key_index), ...]``: consecutive row ranges ``[start, end)`` such that
     every key allowed to a row of a range is in its ``key_index``: the range's own positions in
     each of the ``kv_len // q_len`` blocks of keys.  Cut only where no allowed key of a row before
     the cut lies at or after it (within its block) and none after it lies before it; ranges
     shorter than ``min_rows`` are merged with a neighbour.  One group (all keys) when the keys are
-    not whole blocks."""
+    not whole blocks (``key_index`` None)."""
     import torch
 
     if kv_len % q_len or q_len <= min_rows:
-        return [(0, None)]
+        return [(0, q_len, None)]
     allowed = mask.reshape(-1, q_len, kv_len // q_len, q_len).any(dim=2).any(dim=0)  # row -> key (in-block)
     rows = torch.arange(q_len, device=allowed.device)
     lo = torch.minimum(torch.where(allowed, rows, q_len).amin(dim=1), rows)
@@ -66,10 +66,10 @@ def row_groups(mask: Any, q_len: int, kv_len: int, min_rows: int = MIN_GROUP_ROW
         if cut - starts[-1] >= min_rows and q_len - cut >= min_rows:
             starts.append(cut)
     if len(starts) == 1:
-        return [(0, None)]
+        return [(0, q_len, None)]
     ends = starts[1:] + [q_len]
     blocks = range(0, kv_len, q_len)
-    return [(s, torch.cat([torch.arange(b + s, b + e, device=mask.device) for b in blocks]))
+    return [(s, e, torch.cat([torch.arange(b + s, b + e, device=mask.device) for b in blocks]))
             for s, e in zip(starts, ends)]
 
 
@@ -92,7 +92,7 @@ def dense_mask_sdpa_forward(
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=gqa)
         return out.transpose(1, 2).contiguous(), None
     parts = []
-    for (start, keys), end in zip(groups, [s for s, _ in groups[1:]] + [q_len]):
+    for start, end, keys in groups:
         parts.append(F.scaled_dot_product_attention(
             query[..., start:end, :], key.index_select(-2, keys), value.index_select(-2, keys),
             attn_mask=mask[..., start:end, :].index_select(-1, keys), scale=scaling, enable_gqa=gqa))

@@ -25,7 +25,7 @@ worst = worst_grad = 0.0
 for step in range(3):
     dense = create_mask(mask.mask_mod, None, None, T, T * (step + 1), device="cpu")
     # documents of at least 128 rows get their own group; the two short ones join the padding
-    assert [s for s, _ in row_groups(dense, T, T * (step + 1))] == [0, 150, 290], row_groups(dense, T, T * (step + 1))
+    assert [g[:2] for g in row_groups(dense, T, T * (step + 1))] == [(0, 150), (150, 290), (290, T)]
     q = torch.randn(1, H, T, D, requires_grad=True)
     k = torch.randn(1, KV, T * (step + 1), D, requires_grad=True)
     v = torch.randn(1, KV, T * (step + 1), D, requires_grad=True)
@@ -42,7 +42,7 @@ for step in range(3):
     worst_grad = max(worst_grad, *(float((a - b).abs().max()) for a, b in zip(grads, whole_grads)))
     mask = extend_mask_for_draft_tokens(mask)
 causal = create_mask(lambda b, h, q, kv: q >= kv, None, None, T, T, device="cpu")
-assert [s for s, _ in row_groups(causal, T, T)] == [0]  # every row reaches back to the first key
+assert [g[:2] for g in row_groups(causal, T, T)] == [(0, T)]  # every row reaches back to the first key
 print("WORST", worst, worst_grad)
 assert worst < 1e-4 and worst_grad < 1e-4, (worst, worst_grad)
 """

