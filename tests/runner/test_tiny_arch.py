@@ -154,6 +154,35 @@ def test_learnable_verifier_trains_on_each_reply_as_generated(models):
 
 
 
+@pytest.mark.parametrize("name", ["qwen3", "qwen3_moe"])
+def test_the_verifier_build_step_is_one_padded_batch(models, name):
+    """The learnable verifier's build step (micro-batches of similar lengths, each divided by the
+    whole batch's label count) gives the loss and the gradient of one right-padded batch with
+    HF's own mean loss: the recipe is unchanged by how the batch is cut."""
+    from transformers import AutoModelForCausalLM
+
+    from eagle3_runner.tiny.verifier import backward_batch
+
+    rng = random.Random(3)
+    rows = [[rng.randrange(3, 500) for _ in range(rng.randrange(20, 140))] for _ in range(9)]
+    model = AutoModelForCausalLM.from_pretrained(str(models[name]), dtype=torch.float32).train()
+    width = max(map(len, rows))
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), -100)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = labels[i, : len(r)] = torch.tensor(r)
+    ref_loss = model(input_ids=ids, labels=labels).loss
+    ref_loss.backward()
+    ref = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    loss = backward_batch(model, rows, pad_id=0, groups=4)
+    got = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert got.keys() == ref.keys()
+    assert loss == pytest.approx(float(ref_loss), rel=1e-5)
+    worst = max(float((got[n] - g).norm() / g.norm().clamp_min(1e-12)) for n, g in ref.items())
+    assert worst < 1e-4, worst
+
+
 @pytest.mark.parametrize("name", NEW)
 def test_the_verifier_head_uses_the_final_norm_as_hf_applies_it(models, tmp_path, name):
     """``eval``, ``vocab`` and training's targets compute ``lm_head(norm(h_N))`` from the last
